@@ -1,0 +1,35 @@
+// Turning arrow::Status / arrow::Result into Python exceptions.
+//
+// Every call into Arrow or Parquet from the bindings goes through these
+// helpers so that bad input becomes a Python exception naming what failed,
+// never an abort (no ValueOrDie anywhere in native_ext).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include <arrow/result.h>
+#include <arrow/status.h>
+
+namespace shardmill {
+
+// Raised to pybind11, which maps it to shardmill.native_ext.NativeError.
+class NativeError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+inline void ThrowIfError(const arrow::Status& status, const std::string& context) {
+  if (!status.ok()) {
+    throw NativeError(context.empty() ? status.ToString() : context + ": " + status.ToString());
+  }
+}
+
+template <typename T>
+T ValueOrThrow(arrow::Result<T>&& result, const std::string& context) {
+  ThrowIfError(result.status(), context);
+  return std::move(result).MoveValueUnsafe();
+}
+
+}  // namespace shardmill
