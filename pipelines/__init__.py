@@ -1,0 +1,1 @@
+"""Job assembly from config and the `shardmill` command line."""

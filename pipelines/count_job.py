@@ -1,0 +1,104 @@
+"""`shardmill count`: stages 1-2 (discover, index) and a summary of what the input holds."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tempfile
+import time
+
+import apache_beam as beam
+import pyarrow as pa
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from shardmill.pipelines.runner import make_pipeline
+from shardmill.transforms.atomic_io import write_bytes_atomically, write_parquet_atomically
+from shardmill.transforms.chunk_index import INDEX_SCHEMA
+from shardmill.transforms.index_summary import IndexSummary, MergeIndexSummaries
+from shardmill.transforms.index_transforms import (
+    ERRORS,
+    SOURCE_STATS,
+    DiscoverChunkFiles,
+    IndexChunkFiles,
+)
+
+
+def sort_index(tables: list[pa.Table]) -> pa.Table:
+    """One index table in chunk-identity order (sort_key, chunk), whatever the arrival order."""
+    table = pa.concat_tables(tables) if tables else INDEX_SCHEMA.empty_table()
+    return table.sort_by([("sort_key", "ascending"), ("chunk", "ascending")])
+
+
+def sort_dead_letters(dead_letters: list[dict]) -> list[dict]:
+    return sorted(dead_letters, key=lambda d: (d["path"], d["chunk"], d["member"], d["stage"]))
+
+
+def write_index(tables: list[pa.Table], path: str) -> None:
+    write_parquet_atomically(path, sort_index(tables), compression="zstd")
+
+
+def write_dead_letters(dead_letters: list[dict], path: str) -> None:
+    lines = "".join(json.dumps(d, sort_keys=True) + "\n" for d in sort_dead_letters(dead_letters))
+    write_bytes_atomically(path, lines.encode())
+
+
+def write_summary(summary: IndexSummary, path: str) -> None:
+    write_bytes_atomically(path, json.dumps(summary.to_dict(), indent=1).encode())
+
+
+@dataclasses.dataclass
+class CountResult:
+    summary: IndexSummary
+    dead_letters: list[dict]
+    index_path: str
+    errors_path: str
+    seconds: float
+
+
+def index_inputs(pipeline, patterns: list[str], count_method: str, expected_version: int):
+    """Stages 1-2 on a pipeline: returns the IndexChunkFiles outputs (index, ERRORS, SOURCE_STATS)."""
+    return (
+        pipeline
+        | "Discover" >> DiscoverChunkFiles(patterns)
+        | "IndexChunks" >> IndexChunkFiles(count_method, expected_version)
+    )
+
+
+def run_count(
+    patterns: list[str],
+    count_method: str,
+    expected_version: int,
+    options: PipelineOptions,
+    index_out: str | None = None,
+    errors_out: str | None = None,
+) -> CountResult:
+    """Runs discover + index and writes the index (Parquet), dead letters (JSON lines) and summary."""
+    work_dir = tempfile.mkdtemp(prefix="shardmill-count-")
+    index_path = index_out or f"{work_dir}/index.parquet"
+    errors_path = errors_out or f"{work_dir}/errors.jsonl"
+    summary_path = f"{work_dir}/summary.json"
+    started = time.monotonic()
+    with make_pipeline(options) as p:
+        outputs = index_inputs(p, patterns, count_method, expected_version)
+        tables, dead, stats = outputs["index"], outputs[ERRORS], outputs[SOURCE_STATS]
+        _ = tables | "AllTables" >> beam.combiners.ToList() | "WriteIndex" >> beam.Map(write_index, index_path)
+        _ = dead | "AllErrors" >> beam.combiners.ToList() | "WriteErrors" >> beam.Map(
+            write_dead_letters, errors_path
+        )
+        _ = (
+            (
+                tables | "SummarizeTables" >> beam.Map(IndexSummary.of_table),
+                dead | "SummarizeErrors" >> beam.Map(IndexSummary.of_dead_letter),
+                stats | "SummarizeSources" >> beam.Map(IndexSummary.of_source_stats),
+            )
+            | "AllSummaries" >> beam.Flatten()
+            | "Merge" >> beam.CombineGlobally(MergeIndexSummaries())
+            | "WriteSummary" >> beam.Map(write_summary, summary_path)
+        )
+    seconds = time.monotonic() - started
+    with FileSystems.open(summary_path) as f:
+        summary = IndexSummary.from_dict(json.loads(f.read()))
+    with FileSystems.open(errors_path) as f:
+        dead_letters = [json.loads(line) for line in f.read().decode().splitlines() if line]
+    return CountResult(summary, dead_letters, index_path, errors_path, seconds)

@@ -1,0 +1,142 @@
+"""Stages 1-2 as PTransforms: discover chunk files, index them.
+
+Elements are batches, never single chunks (DESIGN.md rule 1): discovery emits
+lists of (path, size) holding up to a file-count or byte budget, and indexing
+emits one pyarrow Table (INDEX_SCHEMA) per such batch, plus one dead-letter
+dict per bad file or chunk on the ERRORS output.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import apache_beam as beam
+import pyarrow as pa
+import pyarrow.compute as pc
+from apache_beam.io import fileio
+from apache_beam.io.fileio import EmptyMatchTreatment
+from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindows
+
+from shardmill.transforms.chunk_index import INDEX_SCHEMA, index_source
+
+ERRORS = "errors"
+SOURCE_STATS = "source_stats"
+
+_LOG = logging.getLogger(__name__)
+
+
+class _BatchFilesFn(beam.DoFn):
+    """Groups (path, size) pairs of one bundle into batches by count and bytes.
+
+    A whole archive is a batch by itself once it passes the byte budget; many
+    small loose `.gz` files share one batch, so no element stands for one chunk.
+    """
+
+    def __init__(self, max_files: int, max_bytes: int):
+        self._max_files = max_files
+        self._max_bytes = max_bytes
+
+    def start_bundle(self):
+        self._batch, self._bytes = [], 0
+
+    def process(self, path_and_size):
+        self._batch.append(path_and_size)
+        self._bytes += path_and_size[1]
+        if len(self._batch) >= self._max_files or self._bytes >= self._max_bytes:
+            yield self._batch
+            self._batch, self._bytes = [], 0
+
+    def finish_bundle(self):
+        if self._batch:
+            yield GlobalWindows.windowed_value(self._batch)
+            self._batch, self._bytes = [], 0
+
+
+class DiscoverChunkFiles(beam.PTransform):
+    """Stage 1: file patterns -> batches (lists) of (path, size_in_bytes).
+
+    Each file is listed once even if several patterns match it. Patterns that
+    match nothing are allowed here; the CLI rejects them before the pipeline.
+    """
+
+    def __init__(self, patterns: list[str], max_files_per_batch: int = 256, max_bytes_per_batch: int = 64 << 20):
+        super().__init__()
+        self._patterns = list(patterns)
+        self._max_files = max_files_per_batch
+        self._max_bytes = max_bytes_per_batch
+
+    def expand(self, pbegin):
+        return (
+            pbegin
+            | "Patterns" >> beam.Create(self._patterns)
+            | "Match" >> fileio.MatchAll(EmptyMatchTreatment.ALLOW)
+            | "PathAndSize" >> beam.Map(lambda m: (m.path, m.size_in_bytes))
+            | "OncePerFile" >> beam.Distinct()  # also spreads files over workers
+            | "Batch" >> beam.ParDo(_BatchFilesFn(self._max_files, self._max_bytes))
+        )
+
+
+class _IndexFilesFn(beam.DoFn):
+    def __init__(self, count_method: str, expected_version: int):
+        self._method = count_method
+        self._expected_version = expected_version
+        self._chunks = Metrics.counter("shardmill.index", "chunks")
+        self._records = Metrics.counter("shardmill.index", "records")
+        self._errors = Metrics.counter("shardmill.index", "errors")
+        self._sources = Metrics.counter("shardmill.index", "sources")
+
+    def setup(self):
+        self._started = time.monotonic()
+        self._last_log = self._started
+        self._done_sources = 0
+        self._done_chunks = 0
+
+    def process(self, files):
+        tables = []
+        skipped = 0
+        for path, size in files:
+            result = index_source(path, size, self._method, self._expected_version)
+            tables.append(result.table)
+            skipped += result.skipped_members
+            for dead in result.dead_letters:
+                self._errors.inc()
+                yield beam.pvalue.TaggedOutput(ERRORS, dead.to_dict())
+        table = pa.concat_tables(tables) if tables else INDEX_SCHEMA.empty_table()
+        self._sources.inc(len(files))
+        self._chunks.inc(table.num_rows)
+        self._records.inc(pc.sum(table["num_records"]).as_py() or 0)
+        yield beam.pvalue.TaggedOutput(SOURCE_STATS, {"sources": len(files), "skipped_members": skipped})
+        if table.num_rows:
+            yield table
+        self._report_progress(len(files), table.num_rows)
+
+    def _report_progress(self, sources: int, chunks: int) -> None:
+        self._done_sources += sources
+        self._done_chunks += chunks
+        now = time.monotonic()
+        if now - self._last_log >= 10:
+            self._last_log = now
+            rate = self._done_chunks / max(now - self._started, 1e-9)
+            _LOG.info("indexed %d sources, %d chunks (%.0f chunks/s on this worker)",
+                      self._done_sources, self._done_chunks, rate)
+
+
+class IndexChunkFiles(beam.PTransform):
+    """Stage 2: batches of (path, size) -> index tables.
+
+    Returns a DoOutputsTuple: the main output (pyarrow Tables of INDEX_SCHEMA),
+    ERRORS (DeadLetter dicts) and SOURCE_STATS (per-batch dicts with the number
+    of sources and of skipped non-chunk archive members).
+    """
+
+    def __init__(self, count_method: str = "scan", expected_version: int = 0):
+        super().__init__()
+        self._method = count_method
+        self._expected_version = expected_version
+
+    def expand(self, file_batches):
+        return file_batches | "Index" >> beam.ParDo(
+            _IndexFilesFn(self._method, self._expected_version)
+        ).with_outputs(ERRORS, SOURCE_STATS, main="index")
