@@ -12,7 +12,7 @@ namespace py = pybind11;
 
 PYBIND11_MODULE(_native, m) {
   m.doc() = "shardmill native extension (Arrow/Parquet based shard reader core).";
-  static py::exception<shardmill::NativeError> native_error(m, "NativeError", PyExc_RuntimeError);
+  py::register_exception<shardmill::NativeError>(m, "NativeError", PyExc_RuntimeError);
 
   m.attr("BUILT_AGAINST_PYARROW") = SHARDMILL_PYARROW_VERSION;
 

@@ -281,7 +281,8 @@ def write_dataset(
         if bad and a == 0:
             _bad_members(src, seed)
         fmt = tarfile.PAX_FORMAT if a % 2 else tarfile.GNU_FORMAT
-        write_tar(os.path.join(out_dir, sort_key), src.members, fmt)
+        write_tar(os.path.join(out_dir, sort_key), src.members, fmt, with_dir=True)
+        truth.skipped_members += 1  # the directory entry
         truth.sources.append(sort_key)
     for _ in range(loose_games):
         game_id += 1
