@@ -14,10 +14,18 @@ import json
 import logging
 import sys
 
-from apache_beam.options.pipeline_options import PipelineOptions
 
-from shardmill.pipelines import config as config_lib
-from shardmill.pipelines.inputs import InputError, expand_inputs
+def _drop_beam_optional_dependency_noise(record: logging.LogRecord) -> bool:
+    # Beam logs this on import whenever the GCP extras are absent; it is not about our job.
+    return "apitools not found" not in record.getMessage()
+
+
+logging.getLogger().addFilter(_drop_beam_optional_dependency_noise)
+
+from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
+
+from shardmill.pipelines import config as config_lib  # noqa: E402
+from shardmill.pipelines.inputs import InputError, expand_inputs  # noqa: E402
 
 MAX_ERRORS_SHOWN = 20
 
