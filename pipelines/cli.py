@@ -2,6 +2,8 @@
 
 Subcommands:
   count INPUT...   index lc0 chunk files and report what they hold
+  run              the sampling job: chunks in, shuffled Parquet shards + manifest out
+  inspect DIR      print an output directory's manifest summary (and charts)
 
 Arguments the subcommand does not know are Beam pipeline options
 (e.g. --direct_running_mode=multi_processing --direct_num_workers=2).
@@ -85,11 +87,82 @@ def _count(args, beam_args) -> int:
     return 0
 
 
+def _add_run_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "run",
+        help="sample lc0 chunks into globally shuffled Parquet shards",
+        description="Runs the whole job (index, plan, load, shuffle, write, commit). Unknown options go "
+        "to Beam (e.g. --runner, --direct_running_mode=multi_processing --direct_num_workers=2).",
+    )
+    p.add_argument("--config", required=True, help="text-format JobConfig")
+    p.add_argument("--input", action="append", help="input pattern or directory (replaces the config's)")
+    p.add_argument("--output", help="output directory (replaces output.path)")
+    p.add_argument("--seed", type=int, help="replaces the config's seed")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output")
+
+
+def _run(args, beam_args) -> int:
+    config = config_lib.load_config(args.config)
+    if args.input:
+        del config.input[:]
+        config.input.extend(args.input)
+    if args.output:
+        config.output.path = args.output
+    if args.seed is not None:
+        config.seed = args.seed
+    if args.overwrite:
+        config.output.overwrite = True
+    config_lib.validate(config)
+    if not config.output.path:
+        raise config_lib.ConfigError("output.path: an output directory is required (config or --output)")
+    patterns = expand_inputs(list(config.input))
+
+    from shardmill.pipelines.run_job import run_job  # Beam graph code, imported on use
+    from shardmill.transforms.manifest import render_summary
+
+    print(f"shardmill run: {len(patterns)} pattern(s) -> {config.output.path}", flush=True)
+    manifest = run_job(config, patterns, config.output.path, PipelineOptions(beam_args))
+    print(render_summary(manifest))
+    fraction = manifest["stats"]["accounting"]["error_fraction"]
+    if fraction > config.max_error_fraction:
+        print(f"shardmill run: error: {fraction:.2%} of chunks were bad, more than max_error_fraction "
+              f"{config.max_error_fraction:.2%}; see {config.output.path}/errors.jsonl", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _add_inspect_parser(subparsers) -> None:
+    p = subparsers.add_parser("inspect", help="print an output directory's manifest summary")
+    p.add_argument("output_dir")
+    p.add_argument("--plot", help="also draw use-count and acceptance-vs-length charts to this PNG")
+    p.add_argument("--json", action="store_true", help="print the manifest's stats as JSON")
+
+
+def _inspect(args, beam_args) -> int:
+    from shardmill.transforms.manifest import read_manifest, render_summary
+
+    manifest = read_manifest(args.output_dir)
+    if args.json:
+        print(json.dumps(manifest["stats"], indent=1))
+    else:
+        print(f"{args.output_dir}: {manifest['num_shards']} shard(s), lc0 V{manifest['record_version']}, "
+              f"seed {manifest['seed']}")
+        print(render_summary(manifest))
+    if args.plot:
+        from shardmill.pipelines.plots import plot_sampling
+
+        plot_sampling(manifest, args.plot)
+        print(f"charts written to {args.plot}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="shardmill", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log Beam's progress too")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_count_parser(subparsers)
+    _add_run_parser(subparsers)
+    _add_inspect_parser(subparsers)
     args, beam_args = parser.parse_known_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
@@ -97,8 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     logging.getLogger("shardmill").setLevel(logging.INFO)
     try:
-        return {"count": _count}[args.command](args, beam_args)
-    except (config_lib.ConfigError, InputError) as err:
+        return {"count": _count, "run": _run, "inspect": _inspect}[args.command](args, beam_args)
+    except (config_lib.ConfigError, InputError, ValueError) as err:
         print(f"shardmill {args.command}: error: {err}", file=sys.stderr)
         return 2
 

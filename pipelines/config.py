@@ -64,7 +64,38 @@ def validate(config: JobConfig, require_input: bool = True) -> JobConfig:
     gamma = pool.hanse_sampling_gamma
     if not math.isfinite(gamma) or gamma < 0:
         raise ConfigError(f"chunk_pool.hanse_sampling_gamma: must be finite and >= 0, got {gamma}")
+    if not 1 <= pool.passes <= 1_000_000:
+        raise ConfigError(f"chunk_pool.passes: must be in 1..1000000, got {pool.passes}")
+    if pool.HasField("position_count") and pool.position_count < 1:
+        raise ConfigError("chunk_pool.position_count: must be >= 1 when set")
+    out = config.output
+    if out.num_shards > 100_000:
+        raise ConfigError(f"output.num_shards: must be <= 100000, got {out.num_shards}")
+    if out.target_shard_bytes < 1 << 20:
+        raise ConfigError(f"output.target_shard_bytes: must be >= 1 MiB, got {out.target_shard_bytes}")
+    if not 1 <= out.row_group_bytes <= 1 << 30:
+        raise ConfigError(f"output.row_group_bytes: must be in 1..2^30, got {out.row_group_bytes}")
+    if not 1 <= out.zstd_level <= 22:
+        raise ConfigError(f"output.zstd_level: must be in 1..22, got {out.zstd_level}")
+    fraction = config.max_error_fraction
+    if not (math.isfinite(fraction) and 0 <= fraction <= 1):
+        raise ConfigError(f"max_error_fraction: must be in [0, 1], got {fraction}")
     return config
+
+
+def sampling_params(config: JobConfig):
+    """The chunk-sampling kernel's parameters from a validated config."""
+    from shardmill.transforms.chunk_sampling import SamplingParams
+
+    pool = config.chunk_pool
+    return SamplingParams(
+        seed=config.seed,
+        passes=pool.passes,
+        position_count=pool.position_count,
+        threshold=pool.hanse_sampling_threshold,
+        gamma=pool.hanse_sampling_gamma if pool.HasField("hanse_sampling_threshold") else 1.0,
+        pool_size=pool.chunk_pool_size,
+    )
 
 
 def count_method(config: JobConfig) -> str:

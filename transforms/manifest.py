@@ -1,0 +1,131 @@
+"""Stage 7: the manifest, written last, and its checks.
+
+The manifest describes a finished output directory: schema, record format,
+seed, the full config, every shard (path, rows, row-group row counts, bytes,
+SHA-256) and the stats: accounting that balances, sampling statistics,
+timings. `errors.jsonl` holds every dead letter.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+
+from shardmill.transforms.atomic_io import write_bytes_atomically
+
+MANIFEST_NAME = "manifest.json"
+ERRORS_NAME = "errors.jsonl"
+FORMAT_VERSION = 1
+
+
+def accounting(plan_stats: dict, load_stats: list[dict], dead_letters: list[dict], shards: list[dict]) -> dict:
+    """The plan's accounting completed with what loading and writing did, plus the balance checks."""
+    acc = dict(plan_stats["accounting"])
+    by_stage = collections.Counter(d["stage"] for d in dead_letters)
+    chunk_errors = collections.Counter(d["stage"] for d in dead_letters if d["chunk"] >= 0)
+    acc["chunks_loaded"] = sum(s["chunks_loaded"] for s in load_stats)
+    acc["chunks_failed_at_load"] = chunk_errors["load"]
+    acc["uses_written"] = sum(s["uses_written"] for s in load_stats)
+    acc["records_written"] = sum(s["rows"] for s in shards)
+    acc["index_chunk_errors"] = chunk_errors["index"]
+    acc["source_errors"] = sum(1 for d in dead_letters if d["chunk"] < 0)
+    acc["errors_by_stage"] = dict(sorted(by_stage.items()))
+    acc["errors_by_reason"] = dict(sorted(collections.Counter(d["reason"] for d in dead_letters).items()))
+    acc["balanced"] = (
+        acc["chunks_indexed"]
+        == acc["chunks_rejected_by_plan"] + acc["chunks_outside_window"] + acc["chunks_never_accepted"]
+        + acc["chunks_used"]
+        and acc["chunks_used"] == acc["chunks_loaded"] + acc["chunks_failed_at_load"]
+        and acc["records_written"] == sum(s["records_written"] for s in load_stats)
+    )
+    met = acc["chunks_indexed"] + acc["index_chunk_errors"] + acc["source_errors"]
+    errors = acc["index_chunk_errors"] + acc["source_errors"] + acc["chunks_rejected_by_plan"] + acc[
+        "chunks_failed_at_load"]
+    acc["error_fraction"] = errors / met if met else 0.0
+    return acc
+
+
+def build_manifest(
+    *,
+    config_text: str,
+    seed: int,
+    record_version: int,
+    record_size: int,
+    schema: list[dict],
+    plan_stats: dict,
+    load_stats: list[dict],
+    dead_letters: list[dict],
+    shards: list[dict],
+    timings: dict,
+) -> dict:
+    shards = sorted(shards, key=lambda s: s["shard"])
+    return {
+        "format_version": FORMAT_VERSION,
+        "record_format": "lc0",
+        "record_version": record_version,
+        "record_size": record_size,
+        "seed": seed,
+        "config": config_text,
+        "schema": schema,
+        "num_shards": len(shards),
+        "shards": [{k: v for k, v in s.items() if k != "shard"} for s in shards],
+        "stats": {
+            "accounting": accounting(plan_stats, load_stats, dead_letters, shards),
+            "sampling": plan_stats["sampling"],
+            "timings": timings,
+        },
+    }
+
+
+def commit(output_dir: str, manifest: dict, dead_letters: list[dict]) -> None:
+    """Writes errors.jsonl, then manifest.json (last: its presence means the output is complete)."""
+    base = output_dir.rstrip("/")
+    ordered = sorted(dead_letters, key=lambda d: (d["path"], d["chunk"], d["member"], d["stage"], d["reason"]))
+    write_bytes_atomically(f"{base}/{ERRORS_NAME}", "".join(json.dumps(d, sort_keys=True) + "\n" for d in ordered).encode())
+    write_bytes_atomically(f"{base}/{MANIFEST_NAME}", json.dumps(manifest, indent=1, sort_keys=True).encode())
+
+
+def render_summary(manifest: dict) -> str:
+    """The short report printed after a run and by `shardmill inspect`."""
+    acc = manifest["stats"]["accounting"]
+    sampling = manifest["stats"]["sampling"]
+    timings = manifest["stats"].get("timings", {})
+    rate = sampling["accepted"] / sampling["proposals"] if sampling["proposals"] else 0.0
+    lines = [
+        f"records in  {acc['records_indexed']:>14,}   ({acc['chunks_indexed']:,} chunks indexed)",
+        f"records out {acc['records_written']:>14,}   in {manifest['num_shards']} shard(s), "
+        f"{sum(s['bytes'] for s in manifest['shards']) / 1e6:,.1f} MB",
+        f"proposals   {sampling['proposals']:>14,}   accepted {sampling['accepted']:,} ({rate:.1%}), "
+        f"rejected {sampling['proposals'] - sampling['accepted']:,}",
+        f"chunks: used {acc['chunks_used']:,}, never accepted {acc['chunks_never_accepted']:,}, "
+        f"outside window {acc['chunks_outside_window']:,}, rejected by plan {acc['chunks_rejected_by_plan']:,}, "
+        f"failed at load {acc['chunks_failed_at_load']:,}",
+        f"errors {sum(acc['errors_by_reason'].values()):,} ({acc['error_fraction']:.2%} of chunks met)"
+        + ("" if not acc["errors_by_reason"] else ": " + ", ".join(
+            f"{k} {v}" for k, v in acc["errors_by_reason"].items())),
+        f"accounting {'balances' if acc['balanced'] else 'DOES NOT BALANCE'}",
+    ]
+    if "seconds" in timings:
+        lines.append(f"time {timings['seconds']:.1f} s")
+    return "\n".join(lines)
+
+
+class ManifestError(ValueError):
+    """A missing, unreadable or inconsistent manifest."""
+
+
+def read_manifest(output_dir: str) -> dict:
+    """The manifest of a finished output directory; refuses a directory without one."""
+    from apache_beam.io.filesystems import FileSystems
+
+    path = f"{output_dir.rstrip('/')}/{MANIFEST_NAME}"
+    if not FileSystems.exists(path):
+        raise ManifestError(f"{output_dir!r} has no {MANIFEST_NAME}: not a finished shardmill output")
+    with FileSystems.open(path) as f:
+        try:
+            manifest = json.loads(f.read())
+        except ValueError as err:
+            raise ManifestError(f"{path}: not valid JSON ({err})") from None
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise ManifestError(f"{path}: format_version {manifest.get('format_version')!r}, expected {FORMAT_VERSION}")
+    return manifest
