@@ -107,6 +107,4 @@ def positions_of_uses(key: int, num_records: int, num_uses: int, position_count:
 def shuffle_keys(keys: np.ndarray, use_count: np.ndarray, position: np.ndarray, seed: int, num_shards: int):
     """(shard, order_key) of emitted records from a keyed hash of (seed, chunk, use, position)."""
     h = hash_words(seed, STREAM_SHUFFLE, keys, use_count, position)
-    with np.errstate(over="ignore"):
-        order = mix64(h)
-    return bounded(h, num_shards).astype(np.int64), order
+    return bounded(h, num_shards).astype(np.int64), mix64(h)

@@ -37,18 +37,18 @@ STREAM_KEEP = 5  # document-level keep decisions (token datasets)
 
 def mix64(x):
     """SplitMix64's output function of x (uint64, wraps mod 2^64)."""
-    z = np.asarray(x, dtype=np.uint64) + GOLDEN_GAMMA
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
-    return z ^ (z >> np.uint64(31))
+    with np.errstate(over="ignore"):
+        z = np.asarray(x, dtype=np.uint64) + GOLDEN_GAMMA
+        z = (z ^ (z >> np.uint64(30))) * _M1
+        z = (z ^ (z >> np.uint64(27))) * _M2
+        return z ^ (z >> np.uint64(31))
 
 
 def hash_words(seed: int, stream: int, *words):
     """h = mix64(seed ^ stream), then h = mix64(h ^ w) for each word (arrays broadcast)."""
-    with np.errstate(over="ignore"):
-        h = mix64(np.uint64(seed) ^ np.uint64(stream))
-        for word in words:
-            h = mix64(h ^ np.asarray(word).astype(np.uint64))
+    h = mix64(np.uint64(seed) ^ np.uint64(stream))
+    for word in words:
+        h = mix64(h ^ np.asarray(word).astype(np.uint64))
     return h
 
 
