@@ -1,0 +1,214 @@
+"""`shardmill run` end to end: correct records, balanced accounting, identical bytes everywhere."""
+
+import hashlib
+import json
+import os
+
+import pyarrow.parquet as pq
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from shardmill.pipelines import cli
+from shardmill.pipelines.config import parse_config, validate
+from shardmill.pipelines.inputs import expand_inputs
+from shardmill.pipelines.run_job import OutputExistsError, run_job
+from tests.datagen.lc0 import make_game_records
+
+MULTI_PROCESSING = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+
+
+def job_config(directory, extra=""):
+    return validate(parse_config(f'input: "{directory}"\nseed: 5\n{extra}'))
+
+
+def run(config, out_dir, beam_args=(), patterns=None):
+    patterns = patterns or expand_inputs(list(config.input))
+    return run_job(config, patterns, str(out_dir), PipelineOptions(list(beam_args)))
+
+
+def file_digests(out_dir):
+    digests = {}
+    for name in sorted(os.listdir(out_dir)):
+        with open(os.path.join(out_dir, name), "rb") as f:
+            data = f.read()
+        if name == "manifest.json":  # timings differ between runs, nothing else may
+            manifest = json.loads(data)
+            del manifest["stats"]["timings"]
+            data = json.dumps(manifest, sort_keys=True).encode()
+        digests[name] = hashlib.sha256(data).hexdigest()
+    return digests
+
+
+def read_rows(out_dir, manifest):
+    tables = [pq.read_table(os.path.join(out_dir, s["path"])) for s in manifest["shards"]]
+    return [t.to_pylist() for t in tables]
+
+
+SAMPLED = "chunk_pool { passes: 3 position_count: 5 hanse_sampling_threshold: 100 }\noutput { num_shards: 3 }"
+
+
+@pytest.fixture(scope="module")
+def sampled_run(lc0_dataset, tmp_path_factory):
+    directory, truth = lc0_dataset
+    out = tmp_path_factory.mktemp("sampled")
+    manifest = run(job_config(directory, SAMPLED), out)
+    return out, manifest, truth
+
+
+def test_every_output_frame_is_the_planned_record_of_its_chunk(sampled_run):
+    out, manifest, truth = sampled_run
+    games = {(c.sort_key, c.chunk): c for c in truth.good}
+    seen = set()
+    for rows in read_rows(out, manifest):
+        for row in rows:
+            game = games[(row["source"], row["chunk"])]
+            records = make_game_records(game.game_seed, game.num_records)
+            assert row["frame"] == records[row["position"]].tobytes()
+            seen.add((row["source"], row["chunk"], row["use_count"], row["position"]))
+    assert len(seen) == manifest["stats"]["accounting"]["records_written"]  # no record twice
+
+
+def test_records_written_are_uses_times_position_count_and_accounting_balances(sampled_run):
+    out, manifest, truth = sampled_run
+    acc = manifest["stats"]["accounting"]
+    assert acc["balanced"]
+    assert acc["records_written"] == acc["uses_written"] * 5 == sum(s["rows"] for s in manifest["shards"])
+    assert acc["chunks_indexed"] == len(truth.expected_counts("scan"))
+    assert manifest["num_shards"] == 3 and len(manifest["shards"]) == 3
+    for shard in manifest["shards"]:
+        path = os.path.join(out, shard["path"])
+        assert os.path.getsize(path) == shard["bytes"]
+        with open(path, "rb") as f:
+            assert hashlib.sha256(f.read()).hexdigest() == shard["sha256"]
+        assert sum(shard["row_groups"]) == shard["rows"]
+
+
+def test_every_bad_chunk_is_in_errors_jsonl_with_its_reason(sampled_run):
+    out, manifest, truth = sampled_run
+    with open(os.path.join(out, "errors.jsonl")) as f:
+        errors = {(os.path.basename(d["path"]), d["chunk"], d["reason"]) for d in map(json.loads, f)}
+    expected = truth.expected_errors("scan")
+    v5 = [c for c in truth.good if c.version == 5]
+    expected |= {(c.sort_key, c.chunk, "wrong_version") for c in v5}  # the window is V6
+    # The CRC-corrupt chunk passes SCAN indexing; if the plan used it, loading rejects it.
+    crc = [b for b in truth.bad if b.needs_inflation]
+    crc_errors = {(b.sort_key, b.chunk, "corrupt") for b in crc}
+    assert expected <= errors and errors - expected <= crc_errors
+    assert sum(manifest["stats"]["accounting"]["errors_by_reason"].values()) == len(errors)
+
+
+def test_corrupt_chunk_found_at_load_is_dead_lettered_and_counted(lc0_dataset, tmp_path):
+    directory, truth = lc0_dataset
+    manifest = run(job_config(directory, "chunk_pool { position_count: 2 }\noutput { num_shards: 2 }"), tmp_path)
+    acc = manifest["stats"]["accounting"]
+    assert acc["chunks_failed_at_load"] == 1 and acc["errors_by_stage"]["load"] == 1
+    assert acc["balanced"]
+    assert acc["records_written"] == 2 * acc["uses_written"]
+
+
+def test_trailer_miscount_is_caught_when_the_chunk_is_loaded(lc0_dataset, tmp_path):
+    directory, truth = lc0_dataset
+    config = job_config(directory, "index { count_method: TRAILER }\noutput { num_shards: 1 }")
+    manifest = run(config, tmp_path)
+    with open(tmp_path / "errors.jsonl") as f:
+        mismatches = [d for d in map(json.loads, f) if d["reason"] == "count_mismatch"]
+    aligned_multi_member = [c for c in truth.good if c.trailer_records != c.num_records]
+    assert len(mismatches) == len(aligned_multi_member) > 0
+    assert manifest["stats"]["accounting"]["balanced"]
+
+
+def test_all_positions_without_sampling_writes_every_good_record_once(lc0_dataset, tmp_path):
+    directory, truth = lc0_dataset
+    manifest = run(job_config(directory, "index { lc0_version: 6 count_method: DECOMPRESS }"), tmp_path)
+    good_v6 = sum(c.num_records for c in truth.good if c.version == 6)
+    assert manifest["stats"]["accounting"]["records_written"] == good_v6
+    rows = [r for rows in read_rows(tmp_path, manifest) for r in rows]
+    assert len({(r["source"], r["chunk"], r["position"]) for r in rows}) == good_v6
+
+
+def test_chunk_pool_window_uses_only_the_newest_chunks(lc0_dataset, tmp_path):
+    directory, truth = lc0_dataset
+    config = job_config(directory, "index { lc0_version: 6 }\nchunk_pool { chunk_pool_size: 5 position_count: 1 }")
+    manifest = run(config, tmp_path)
+    acc = manifest["stats"]["accounting"]
+    assert acc["chunks_used"] + acc["chunks_failed_at_load"] == 5
+    newest = sorted((c.sort_key, c.chunk) for c in truth.good if c.version == 6)[-5:]
+    used = {(r["source"], r["chunk"]) for rows in read_rows(tmp_path, manifest) for r in rows}
+    assert used <= set(newest)
+
+
+def test_same_seed_gives_identical_bytes_in_process_and_with_two_worker_processes(
+    lc0_dataset, sampled_run, tmp_path
+):
+    directory, _ = lc0_dataset
+    out, _, _ = sampled_run
+    run(job_config(directory, SAMPLED), tmp_path, MULTI_PROCESSING)
+    assert file_digests(tmp_path) == file_digests(out)
+
+
+def test_input_order_does_not_change_the_output(lc0_dataset, sampled_run, tmp_path):
+    directory, _ = lc0_dataset
+    out, _, _ = sampled_run
+    files = sorted(os.path.join(directory, n) for n in os.listdir(directory))
+    run(job_config(directory, SAMPLED), tmp_path, patterns=list(reversed(files)))
+    assert file_digests(tmp_path) == file_digests(out)
+
+
+def test_another_seed_gives_other_shards(lc0_dataset, sampled_run, tmp_path):
+    directory, _ = lc0_dataset
+    out, _, _ = sampled_run
+    config = job_config(directory, SAMPLED)
+    config.seed = 6
+    run(config, tmp_path)
+    assert file_digests(tmp_path)["shard-00000-of-00003.parquet"] != file_digests(out)["shard-00000-of-00003.parquet"]
+
+
+def test_existing_output_is_refused_unless_overwrite(lc0_dataset, sampled_run, tmp_path):
+    directory, _ = lc0_dataset
+    out, _, _ = sampled_run
+    with pytest.raises(OutputExistsError, match="--overwrite"):
+        run(job_config(directory, SAMPLED), out)
+    config = job_config(directory, "output { num_shards: 1 overwrite: true }\nchunk_pool { position_count: 1 }")
+    target = tmp_path / "again"
+    run(job_config(directory, "output { num_shards: 2 }\nchunk_pool { position_count: 1 }"), target)
+    manifest = run(config, target)
+    assert sorted(n for n in os.listdir(target) if n.endswith(".parquet")) == ["shard-00000-of-00001.parquet"]
+    assert manifest["num_shards"] == 1
+
+
+def test_row_groups_follow_row_group_bytes(lc0_dataset, tmp_path):
+    directory, _ = lc0_dataset
+    config = job_config(directory, "index { lc0_version: 6 }\noutput { num_shards: 2 row_group_bytes: 835600 }")
+    manifest = run(config, tmp_path)
+    for shard in manifest["shards"]:
+        assert all(n == 100 for n in shard["row_groups"][:-1]) and shard["row_groups"][-1] <= 100
+
+
+def test_cli_run_prints_a_summary_and_inspect_reads_it(lc0_dataset, tmp_path, capsys):
+    directory, _ = lc0_dataset
+    config = tmp_path / "job.textproto"
+    config.write_text(f'input: "{directory}"\n{SAMPLED}\nmax_error_fraction: 0.5\n')
+    out = tmp_path / "out"
+    assert cli.main(["run", "--config", str(config), "--output", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "records out" in printed and "accounting balances" in printed
+    assert cli.main(["run", "--config", str(config), "--output", str(out)]) == 2  # exists
+    assert "--overwrite" in capsys.readouterr().err
+    png = tmp_path / "charts.png"
+    assert cli.main(["inspect", str(out), "--plot", str(png)]) == 0
+    assert "records in" in capsys.readouterr().out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_run_exits_non_zero_when_errors_exceed_max_error_fraction(lc0_dataset, tmp_path, capsys):
+    directory, _ = lc0_dataset
+    config = tmp_path / "job.textproto"
+    config.write_text(f'input: "{directory}"\nmax_error_fraction: 0.01\nchunk_pool {{ position_count: 1 }}\n')
+    assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / "o")]) == 1
+    assert "max_error_fraction" in capsys.readouterr().err
+    assert (tmp_path / "o" / "manifest.json").exists()  # the output is complete all the same
+
+
+def test_inspect_refuses_a_directory_without_manifest(tmp_path, capsys):
+    assert cli.main(["inspect", str(tmp_path)]) == 2
+    assert "no manifest.json" in capsys.readouterr().err
