@@ -99,6 +99,8 @@ def _add_run_parser(subparsers) -> None:
     p.add_argument("--output", help="output directory (replaces output.path)")
     p.add_argument("--seed", type=int, help="replaces the config's seed")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    p.add_argument("--dry-run", action="store_true",
+                   help="validate, build and serialize the pipeline graph, print it; run nothing")
 
 
 def _run(args, beam_args) -> int:
@@ -115,6 +117,11 @@ def _run(args, beam_args) -> int:
     config_lib.validate(config)
     if not config.output.path:
         raise config_lib.ConfigError("output.path: an output directory is required (config or --output)")
+    if args.dry_run:
+        from shardmill.pipelines.run_job import dry_run
+
+        print(dry_run(config, PipelineOptions(beam_args)))
+        return 0
     patterns = expand_inputs(list(config.input))
 
     from shardmill.pipelines.run_job import run_job  # Beam graph code, imported on use

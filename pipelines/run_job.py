@@ -16,12 +16,13 @@ import typing
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from google.protobuf import text_format
 
 from shardmill.pipelines.config import JobConfig, count_method, sampling_params
 from shardmill.pipelines.count_job import index_inputs, sort_index
-from shardmill.pipelines.runner import make_pipeline
+from shardmill.pipelines.inputs import expand_inputs
+from shardmill.pipelines.runner import local_runner, make_pipeline
 from shardmill.transforms import manifest as manifest_lib
 from shardmill.transforms.chunk_loading import load_task
 from shardmill.transforms.index_transforms import ERRORS, SOURCE_STATS
@@ -171,3 +172,20 @@ def run_job(config: JobConfig, patterns: list[str], output_dir: str, options: Pi
         build_job(p, config, patterns, output_dir)
     with FileSystems.open(f"{output_dir.rstrip('/')}/{manifest_lib.MANIFEST_NAME}") as f:
         return json.loads(f.read())
+
+
+def dry_run(config: JobConfig, options: PipelineOptions) -> str:
+    """Builds the job's graph and serializes it as a runner would receive it; runs nothing.
+
+    Local inputs are expanded and checked; remote patterns (gs://, s3://) are
+    taken as they are, since listing them needs the runner's credentials.
+    """
+    local = [i for i in config.input if FileSystems.get_scheme(i) is None]
+    remote = [i for i in config.input if FileSystems.get_scheme(i) is not None]
+    patterns = (expand_inputs(local) if local else []) + remote
+    p = beam.Pipeline(runner=local_runner(options), options=options)  # never run: no runner is contacted
+    build_job(p, config, patterns, config.output.path)
+    graph = p.to_runner_api()  # pickles every DoFn, as a submission would
+    runner = options.view_as(StandardOptions).runner or "DirectRunner"
+    return (f"dry run: {len(graph.components.transforms)} transforms, {len(patterns)} input pattern(s), "
+            f"output {config.output.path}, runner {runner}; graph built and serialized, nothing submitted")
