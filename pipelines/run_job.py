@@ -27,6 +27,8 @@ from shardmill.transforms import manifest as manifest_lib
 from shardmill.transforms.chunk_loading import load_task
 from shardmill.transforms.index_transforms import ERRORS, SOURCE_STATS
 from shardmill.transforms.job_plan import OutputParams, make_plan
+from shardmill.transforms.keyed_hash import fingerprint
+from shardmill.transforms.spill import delete_spills, read_spilled, spill_dir, write_spill
 from shardmill.transforms.shard_writer import output_schema, write_shard
 
 _LOG = logging.getLogger(__name__)
@@ -51,10 +53,14 @@ def prepare_output(output_dir: str, overwrite: bool) -> None:
         FileSystems.delete(existing)
     if not FileSystems.exists(base):
         FileSystems.mkdirs(base)
+    delete_spills(base)  # leftovers of an interrupted run
 
 
 class _LoadTasksFn(beam.DoFn):
-    def __init__(self):
+    """Loads a read task and spills its per-shard batches; emits (shard, spill ref) pairs."""
+
+    def __init__(self, output_dir: str):
+        self._spill_dir = spill_dir(output_dir)
         self._records = Metrics.counter("shardmill.load", "records")
         self._errors = Metrics.counter("shardmill.load", "errors")
 
@@ -72,8 +78,8 @@ class _LoadTasksFn(beam.DoFn):
             "uses_written": loaded.uses_written,
             "records_written": loaded.records_written,
         })
-        for shard, batch in loaded.batches.items():
-            yield shard, batch
+        name = f"task-{fingerprint(task.source):016x}-{task.chunks['chunk'][0].as_py():08d}.arrow"
+        yield from write_spill(f"{self._spill_dir}/{name}", loaded.batches)
         self._records.inc(loaded.records_written)
         self._done_records += loaded.records_written
         self._done_tasks += 1
@@ -91,8 +97,8 @@ class _WriteShardFn(beam.DoFn):
         self._zstd_level = zstd_level
 
     def process(self, shard_and_batches, plan_info):
-        shard, batches = shard_and_batches
-        batches = [b for b in batches if b is not None]
+        shard, refs = shard_and_batches
+        batches = read_spilled([r for r in refs if r is not None])
         record_size = plan_info["record_size"]
         entry = write_shard(self._output_dir, shard, plan_info["num_shards"], batches, record_size,
                             max(1, self._row_group_bytes // record_size), self._zstd_level)
@@ -114,6 +120,7 @@ def _commit(shards, plan_info, dead_letters, load_stats, output_dir, config_text
         timings={"seconds": round(time.time() - started_at, 3)},
     )
     manifest_lib.commit(output_dir, manifest, dead_letters)
+    delete_spills(output_dir)
 
 
 def build_job(p: beam.Pipeline, config: JobConfig, patterns: list[str], output_dir: str) -> None:
@@ -135,7 +142,7 @@ def build_job(p: beam.Pipeline, config: JobConfig, patterns: list[str], output_d
         plan
         | "ReadTasks" >> beam.FlatMap(lambda pl: pl.tasks)
         | "SpreadTasks" >> beam.Reshuffle()
-        | "Load" >> beam.ParDo(_LoadTasksFn()).with_outputs(ERRORS, LOAD_STATS, main="batches")
+        | "Load" >> beam.ParDo(_LoadTasksFn(output_dir)).with_outputs(ERRORS, LOAD_STATS, main="batches")
     )
     every_shard = plan_info | "EveryShard" >> beam.FlatMap(lambda i: [(s, None) for s in range(i["num_shards"])])
     shards = (

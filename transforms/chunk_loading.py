@@ -80,30 +80,33 @@ def load_task(task: ReadTask, opener: Opener = default_opener) -> LoadedTask:
             dead.append(DeadLetter(task.source, "load", "unreadable", str(err), row["member"], row["chunk"]))
     if not parts:
         return LoadedTask({}, dead)
-    frame = np.ascontiguousarray(np.concatenate([p[0] for p in parts]))
     chunk = np.concatenate([np.full(len(p[3]), p[1], dtype=np.int32) for p in parts])
     use = np.concatenate([p[2] for p in parts]).astype(np.int32)
     pos = np.concatenate([p[3] for p in parts]).astype(np.int32)
     keys = np.concatenate([np.full(len(p[3]), p[4], dtype=np.uint64) for p in parts])
     shard, order = shuffle_keys(keys, use, pos, task.params.seed, task.num_shards)
-    record_size = frame.shape[1]
-    sort_key = rows[0]["sort_key"]  # one source per task
-    batch = pa.RecordBatch.from_arrays(
-        [
-            pa.FixedSizeBinaryArray.from_buffers(pa.binary(record_size), len(frame), [None, pa.py_buffer(frame)]),
-            pa.DictionaryArray.from_arrays(np.zeros(len(frame), dtype=np.int32), [sort_key]).cast(pa.string()),
-            pa.array(chunk),
-            pa.array(use),
-            pa.array(pos),
-            pa.array(order),
-        ],
-        schema=shuffle_schema(record_size),
-    )
+    # One gather puts every column in shard order; each shard is then a zero-copy slice.
     by_shard = np.argsort(shard, kind="stable")
+    frame = np.concatenate([p[0] for p in parts])[by_shard]
+    chunk, use, pos, order = chunk[by_shard], use[by_shard], pos[by_shard], order[by_shard]
     bounds = np.searchsorted(shard[by_shard], np.arange(task.num_shards + 1))
-    batches = {
-        s: batch.take(pa.array(by_shard[bounds[s] : bounds[s + 1]]))
-        for s in range(task.num_shards)
-        if bounds[s + 1] > bounds[s]
-    }
+    schema = shuffle_schema(frame.shape[1])
+    source = pa.array([rows[0]["sort_key"]])  # one source per task
+    batches = {}
+    for s in range(task.num_shards):
+        lo, hi = bounds[s], bounds[s + 1]
+        if hi == lo:
+            continue
+        batches[s] = pa.RecordBatch.from_arrays(
+            [
+                pa.FixedSizeBinaryArray.from_buffers(schema.field("frame").type, int(hi - lo),
+                                                     [None, pa.py_buffer(frame[lo:hi])]),
+                pa.DictionaryArray.from_arrays(np.zeros(hi - lo, dtype=np.int32), source).cast(pa.string()),
+                pa.array(chunk[lo:hi]),
+                pa.array(use[lo:hi]),
+                pa.array(pos[lo:hi]),
+                pa.array(order[lo:hi]),
+            ],
+            schema=schema,
+        )
     return LoadedTask(batches, dead, len(parts), uses_written, len(frame))
