@@ -21,14 +21,19 @@ def _temp_name(path: str) -> str:
     return f"{directory}/{temp}" if directory else temp
 
 
-def write_bytes_atomically(path: str, data: bytes) -> None:
-    """Writes data to path: temporary name first, then a rename (replacing path)."""
+def write_atomically(path: str, write) -> None:
+    """Calls write(file) on a temporary file beside path, then renames it to path (replacing it)."""
     temp = _temp_name(path)
     with FileSystems.create(temp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        f.write(data)
+        write(f)
     if FileSystems.exists(path):
         FileSystems.delete([path])
     FileSystems.rename([temp], [path])
+
+
+def write_bytes_atomically(path: str, data: bytes) -> None:
+    """Writes data to path: temporary name first, then a rename (replacing path)."""
+    write_atomically(path, lambda f: f.write(data))
 
 
 def write_parquet_atomically(path: str, table: pa.Table, **write_options) -> int:

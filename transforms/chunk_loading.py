@@ -8,15 +8,23 @@ order key. The output is one Arrow RecordBatch per shard (SHUFFLE_SCHEMA).
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import dataclasses
+import io
+import os
 
 import numpy as np
 import pyarrow as pa
 
 from shardmill.transforms.chunk_index import DeadLetter, Opener, default_opener
 from shardmill.transforms.chunk_sampling import positions_of_uses, shuffle_keys
-from shardmill.transforms.gzip_chunks import ChunkError, ChunkSpan, inflate_chunk
+from shardmill.transforms.gzip_chunks import MAX_DEFLATE_RATIO, ChunkError, ChunkSpan, inflate_chunk
 from shardmill.transforms.job_plan import ReadTask
+
+
+# Threads inflating chunks inside one load task (Arrow's inflate releases the GIL).
+INFLATE_THREADS = min(4, os.cpu_count() or 1)
 
 
 def shuffle_schema(record_size: int) -> pa.Schema:
@@ -40,10 +48,39 @@ class LoadedTask:
     records_written: int = 0
 
 
-def _records_of_chunk(fileobj, row) -> np.ndarray:
+def _inflate_expected(compressed: bytes, expected_size: int):
+    """The chunk's payload, inflated by Arrow into a buffer of the indexed size.
+
+    Arrow's gzip codec checks every member's CRC, follows multi-member
+    streams, releases the GIL (so chunks inflate in parallel threads) and
+    writes into one pool-allocated buffer. When the payload is not exactly
+    the indexed size or is broken, the streaming inflater runs instead to
+    say precisely what is wrong.
+
+    Arrow pads a short payload up to the requested size without an error, so
+    it is only used when the trailer proves the size: under 2^32/1032
+    compressed bytes the payload is under 4 GiB, so an ISIZE equal to the
+    expected size means the last member alone holds that many bytes, and a
+    longer payload would overflow the buffer, which Arrow does report.
+    """
+    provable = (
+        len(compressed) * MAX_DEFLATE_RATIO < 2**32
+        and int.from_bytes(compressed[-4:], "little") == expected_size
+    )
+    if provable:
+        try:
+            return pa.decompress(compressed, decompressed_size=expected_size, codec="gzip", asbytes=False)
+        except (OSError, pa.ArrowException):
+            pass
+    return inflate_chunk(ChunkSpan(io.BytesIO(compressed), 0, len(compressed)))
+
+
+def _records_of_chunk(compressed: bytes, row: dict) -> np.ndarray:
     """The chunk's records as an (n, record_size) uint8 array, verified against the index."""
-    payload = inflate_chunk(ChunkSpan(fileobj, row["offset"], row["length"]))
     size, n = row["record_size"], row["num_records"]
+    if len(compressed) < row["length"]:
+        raise ChunkError("truncated", f"source ends after {len(compressed)} of the chunk's {row['length']} bytes")
+    payload = _inflate_expected(compressed, n * size)
     if len(payload) != n * size:
         raise ChunkError("count_mismatch",
                          f"inflated to {len(payload)} bytes = {len(payload) / size:g} records, index says {n}")
@@ -55,29 +92,51 @@ def _records_of_chunk(fileobj, row) -> np.ndarray:
     return records
 
 
-def load_task(task: ReadTask, opener: Opener = default_opener) -> LoadedTask:
-    """Reads a task's chunks in file order; bad chunks become dead letters (stage 'load')."""
+def _cut_chunk(compressed: bytes, row: dict, params) -> tuple:
+    """(frames, chunk, use_count, position, chunk_key) of the planned uses of one chunk."""
+    records = _records_of_chunk(compressed, row)
+    use, pos = positions_of_uses(row["chunk_key"], row["num_records"], row["num_uses"],
+                                 params.position_count, params.seed)
+    return records[pos], row["chunk"], use, pos, row["chunk_key"]
+
+
+def load_task(task: ReadTask, opener: Opener = default_opener, threads: int = INFLATE_THREADS) -> LoadedTask:
+    """Reads a task's chunks in file order; bad chunks become dead letters (stage 'load').
+
+    Compressed bytes are read sequentially; inflating and cutting run on
+    `threads` threads, at most 2 * threads chunks ahead, results in order.
+    """
     dead: list[DeadLetter] = []
     parts = []  # per loaded chunk: (records[positions], chunk, use_count, position, chunk_key)
     uses_written = 0
     rows = task.chunks.to_pylist()
-    done = 0
-    try:
-        with opener(task.source) as fileobj:
-            for row in rows:
-                done += 1
-                try:
-                    records = _records_of_chunk(fileobj, row)
-                except ChunkError as err:
-                    dead.append(DeadLetter(task.source, "load", err.reason, err.detail, row["member"], row["chunk"]))
-                    continue
-                use, pos = positions_of_uses(row["chunk_key"], row["num_records"], row["num_uses"],
-                                             task.params.position_count, task.params.seed)
-                parts.append((records[pos], row["chunk"], use, pos, row["chunk_key"]))
-                uses_written += row["num_uses"]
-    except OSError as err:  # opening failed (done == 0) or reading chunk done-1 failed
-        for row in rows[max(done - 1, 0) :]:
-            dead.append(DeadLetter(task.source, "load", "unreadable", str(err), row["member"], row["chunk"]))
+    pending: collections.deque = collections.deque()  # (row, future) in file order
+
+    def collect_oldest():
+        nonlocal uses_written
+        row, future = pending.popleft()
+        try:
+            parts.append(future.result())
+            uses_written += row["num_uses"]
+        except ChunkError as err:
+            dead.append(DeadLetter(task.source, "load", err.reason, err.detail, row["member"], row["chunk"]))
+
+    read = 0
+    with concurrent.futures.ThreadPoolExecutor(max(1, threads)) as pool:
+        try:
+            with opener(task.source) as fileobj:
+                for row in rows:
+                    fileobj.seek(row["offset"])
+                    compressed = fileobj.read(row["length"])
+                    read += 1
+                    pending.append((row, pool.submit(_cut_chunk, compressed, row, task.params)))
+                    if len(pending) > 2 * threads:
+                        collect_oldest()
+        except OSError as err:  # opening or reading failed: the chunks not yet read are unreadable
+            for row in rows[read:]:
+                dead.append(DeadLetter(task.source, "load", "unreadable", str(err), row["member"], row["chunk"]))
+        while pending:
+            collect_oldest()
     if not parts:
         return LoadedTask({}, dead)
     chunk = np.concatenate([np.full(len(p[3]), p[1], dtype=np.int32) for p in parts])

@@ -14,13 +14,11 @@ the commit step deletes after the manifest is written.
 
 from __future__ import annotations
 
-import io
-
 import pyarrow as pa
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from shardmill.transforms.atomic_io import write_bytes_atomically
+from shardmill.transforms.atomic_io import write_atomically
 
 SPILL_DIR_NAME = ".shardmill-tmp"
 
@@ -34,11 +32,13 @@ def write_spill(path: str, batches: dict[int, pa.RecordBatch]) -> list[tuple[int
     shards = sorted(batches)
     if not shards:
         return []
-    sink = io.BytesIO()
-    with pa.ipc.new_file(sink, batches[shards[0]].schema) as writer:
-        for shard in shards:
-            writer.write_batch(batches[shard])
-    write_bytes_atomically(path, sink.getvalue())
+
+    def write(f):
+        with pa.ipc.new_file(pa.PythonFile(f, mode="w"), batches[shards[0]].schema) as writer:
+            for shard in shards:
+                writer.write_batch(batches[shard])
+
+    write_atomically(path, write)
     return [(shard, (path, index)) for index, shard in enumerate(shards)]
 
 
