@@ -20,7 +20,8 @@ case "${1:-}" in
     if [ ! -d data/default ]; then
       "$PY" -m tests.datagen.lc0 data/default
     fi
-    "$VENV/bin/shardmill" count data/default --index-out out/default-index.parquet
+    "$VENV/bin/shardmill" run --config pipelines/configs/demo.textproto --overwrite
+    "$VENV/bin/shardmill" inspect out/demo --plot out/demo-charts.png
     ;;
   test)
     install

@@ -29,7 +29,9 @@ sys.path.insert(0, REPO)
 
 from tests.datagen.lc0 import write_dataset  # noqa: E402
 
-SAMPLING = dict(passes=2, threshold=150, gamma=1.0, position_count=16, num_shards=4)
+# Shards of a fixed target size, so their number grows with the input and a
+# shard writer's memory should not.
+SAMPLING = dict(passes=2, threshold=150, gamma=1.0, position_count=16, target_shard_bytes=64 << 20)
 
 
 def tree_rss_bytes(pid: int) -> int:
@@ -80,7 +82,8 @@ def commands(data_dir: str, out_dir: str) -> dict[str, list[str]]:
             f'input: "{data_dir}"\n'
             f'chunk_pool {{ passes: {SAMPLING["passes"]} position_count: {SAMPLING["position_count"]} '
             f'hanse_sampling_threshold: {SAMPLING["threshold"]} hanse_sampling_gamma: {SAMPLING["gamma"]} }}\n'
-            f'output {{ num_shards: {SAMPLING["num_shards"]} overwrite: true }}\nmax_error_fraction: 1\n'
+            f'output {{ target_shard_bytes: {SAMPLING["target_shard_bytes"]} overwrite: true }}\n'
+            f'max_error_fraction: 1\n'
         )
     shardmill = [sys.executable, "-m", "shardmill.pipelines.cli", "run", "--config", config]
     return {
@@ -88,7 +91,7 @@ def commands(data_dir: str, out_dir: str) -> dict[str, list[str]]:
                                data_dir, os.path.join(out_dir, "baseline"),
                                "--passes", str(SAMPLING["passes"]), "--threshold", str(SAMPLING["threshold"]),
                                "--position-count", str(SAMPLING["position_count"]),
-                               "--num-shards", str(SAMPLING["num_shards"])],
+                               "--target-shard-bytes", str(SAMPLING["target_shard_bytes"])],
         "shardmill_in_process": shardmill + ["--output", os.path.join(out_dir, "inproc")],
         "shardmill_2_workers": shardmill + ["--output", os.path.join(out_dir, "mp"),
                                             "--direct_running_mode=multi_processing", "--direct_num_workers=2"],

@@ -5,7 +5,7 @@ the same work as `shardmill run` (threshold-gamma acceptance over passes,
 position_count records per use, a global shuffle into shards, zstd Parquet).
 
     python benchmarks/single_core_baseline.py DATA_DIR OUT_DIR --passes 2 --threshold 150 \
-        --gamma 1 --position-count 16 --num-shards 4
+        --gamma 1 --position-count 16 --target-shard-bytes 67108864
 """
 
 import argparse
@@ -28,7 +28,7 @@ def main():
     parser.add_argument("--threshold", type=float, default=150)
     parser.add_argument("--gamma", type=float, default=1.0)
     parser.add_argument("--position-count", type=int, default=16)
-    parser.add_argument("--num-shards", type=int, default=4)
+    parser.add_argument("--target-shard-bytes", type=int, default=64 << 20)
     parser.add_argument("--row-group-rows", type=int, default=501)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
@@ -56,10 +56,11 @@ def main():
                 uses_col.append(np.repeat(np.arange(k, dtype=np.int32), args.position_count))
                 positions.append(pos.astype(np.int32))
     frame = np.concatenate(frames)
+    num_shards = max(1, -(-frame.nbytes // args.target_shard_bytes))
     perm = rng.permutation(len(frame))
-    shard_of = np.arange(len(frame)) % args.num_shards
+    shard_of = np.arange(len(frame)) % num_shards
     os.makedirs(args.out_dir, exist_ok=True)
-    for s in range(args.num_shards):
+    for s in range(num_shards):
         rows = perm[shard_of == s]
         block = np.ascontiguousarray(frame[rows])
         table = pa.table({
