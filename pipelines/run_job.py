@@ -8,14 +8,18 @@ plan (one global element), load (per source, planned chunks only), shuffle
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import json
 import logging
+import os
 import time
 import typing
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindows
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from google.protobuf import text_format
 
@@ -33,6 +37,7 @@ from shardmill.transforms.shard_writer import output_schema, write_shard
 
 _LOG = logging.getLogger(__name__)
 LOAD_STATS = "load_stats"
+WRITE_THREADS = min(2, os.cpu_count() or 1)  # shards written at once per worker
 
 
 class OutputExistsError(ValueError):
@@ -91,19 +96,43 @@ class _LoadTasksFn(beam.DoFn):
 
 
 class _WriteShardFn(beam.DoFn):
+    """Writes shards, up to WRITE_THREADS at a time within a bundle.
+
+    pyarrow's Parquet encoding and zstd release the GIL, so a worker with
+    several shards in its bundle keeps more than one core busy; entries are
+    emitted as writes finish, and all of them by the end of the bundle.
+    """
+
     def __init__(self, output_dir: str, row_group_bytes: int, zstd_level: int):
         self._output_dir = output_dir
         self._row_group_bytes = row_group_bytes
         self._zstd_level = zstd_level
 
-    def process(self, shard_and_batches, plan_info):
-        shard, refs = shard_and_batches
-        batches = read_spilled([r for r in refs if r is not None])
+    def setup(self):
+        self._pool = concurrent.futures.ThreadPoolExecutor(WRITE_THREADS)
+
+    def start_bundle(self):
+        self._pending = collections.deque()
+
+    def _write(self, shard: int, refs: list, plan_info: dict) -> dict:
         record_size = plan_info["record_size"]
-        entry = write_shard(self._output_dir, shard, plan_info["num_shards"], batches, record_size,
+        entry = write_shard(self._output_dir, shard, plan_info["num_shards"], read_spilled(refs), record_size,
                             max(1, self._row_group_bytes // record_size), self._zstd_level)
         _LOG.info("wrote %s: %d rows", entry["path"], entry["rows"])
-        yield entry
+        return entry
+
+    def process(self, shard_and_refs, plan_info):
+        shard, refs = shard_and_refs
+        self._pending.append(self._pool.submit(self._write, shard, [r for r in refs if r is not None], plan_info))
+        while len(self._pending) > WRITE_THREADS:
+            yield self._pending.popleft().result()
+
+    def finish_bundle(self):
+        while self._pending:
+            yield GlobalWindows.windowed_value(self._pending.popleft().result())
+
+    def teardown(self):
+        self._pool.shutdown(wait=True)
 
 
 def _plan_info(plan) -> dict:
