@@ -9,7 +9,8 @@ import pyarrow as _pyarrow  # noqa: F401  (loads libarrow/libparquet first)
 
 from shardmill.native_ext._native import BUILT_AGAINST_PYARROW, NativeError, self_check
 
-__all__ = ["BUILT_AGAINST_PYARROW", "NativeError", "self_check", "check_pyarrow_match"]
+__all__ = ["BUILT_AGAINST_PYARROW", "NativeError", "OutputError", "ShardReader", "check_pyarrow_match",
+           "load_manifest", "self_check"]
 
 
 def check_pyarrow_match() -> None:
@@ -22,3 +23,5 @@ def check_pyarrow_match() -> None:
 
 
 check_pyarrow_match()
+
+from shardmill.native_ext.reader import OutputError, ShardReader, load_manifest  # noqa: E402

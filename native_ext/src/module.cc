@@ -1,7 +1,12 @@
 // Python bindings of the native extension (shardmill.native_ext._native).
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
+#include "feistel.h"
+#include "keyed_hash.h"
 #include "self_check.h"
+#include "shard_reader.h"
 #include "status.h"
 
 namespace py = pybind11;
@@ -10,8 +15,78 @@ namespace py = pybind11;
 #define SHARDMILL_PYARROW_VERSION "unknown"
 #endif
 
+namespace {
+
+using shardmill::ShardReader;
+
+std::unique_ptr<ShardReader> MakeReader(const std::vector<std::pair<std::string, std::vector<int64_t>>>& shards,
+                                        const std::vector<std::string>& columns, int64_t batch_size,
+                                        bool drop_remainder, int64_t shard_index, int64_t shard_count,
+                                        int64_t num_epochs, uint64_t seed, bool shuffle, int64_t window_row_groups,
+                                        int num_threads, int64_t prefetch_windows, int64_t start_epoch,
+                                        int64_t start_position) {
+  shardmill::ReaderOptions options;
+  for (const auto& [path, rows] : shards) options.shards.push_back({path, rows});
+  options.columns = columns;
+  options.batch_size = batch_size;
+  options.drop_remainder = drop_remainder;
+  options.shard_index = shard_index;
+  options.shard_count = shard_count;
+  options.num_epochs = num_epochs;
+  options.seed = seed;
+  options.shuffle = shuffle;
+  options.window_row_groups = window_row_groups;
+  options.num_threads = num_threads;
+  options.prefetch_windows = prefetch_windows;
+  options.start_epoch = start_epoch;
+  options.start_position = start_position;
+  std::unique_ptr<ShardReader> reader;
+  {
+    py::gil_scoped_release release;  // opens the first shard's footer
+    reader = shardmill::ValueOrThrow(ShardReader::Make(std::move(options)), "");
+    shardmill::ThrowIfError(reader->Start(), "");
+  }
+  return reader;
+}
+
+py::object NextBatch(ShardReader& reader) {
+  shardmill::BatchPlan plan = reader.PlanNext();
+  if (plan.epoch < 0) return py::none();
+  py::dict batch;
+  std::vector<uint8_t*> buffers;
+  for (const auto& column : reader.columns()) {
+    py::array array;
+    if (column.type->id() == arrow::Type::FIXED_SIZE_BINARY) {
+      array = py::array_t<uint8_t>(std::vector<py::ssize_t>{static_cast<py::ssize_t>(plan.rows),
+                                                            static_cast<py::ssize_t>(column.row_bytes)});
+    } else {
+      // The numpy dtype of an Arrow fixed-width numeric type has the same name.
+      std::string name = column.type->ToString();
+      if (name == "float") name = "float32";
+      if (name == "double") name = "float64";
+      array = py::array(py::dtype(name), std::vector<py::ssize_t>{static_cast<py::ssize_t>(plan.rows)});
+    }
+    buffers.push_back(static_cast<uint8_t*>(array.mutable_data()));
+    batch[py::str(column.name)] = array;
+  }
+  py::array_t<int64_t> record_index(plan.rows);
+  py::array_t<uint64_t> record_seed(plan.rows);
+  int64_t* index_data = record_index.mutable_data();
+  uint64_t* seed_data = record_seed.mutable_data();
+  {
+    py::gil_scoped_release release;
+    shardmill::ThrowIfError(reader.FillNext(plan, buffers, index_data, seed_data), "");
+  }
+  batch["record_index"] = record_index;
+  batch["record_seed"] = record_seed;
+  batch["epoch"] = plan.epoch;
+  return batch;
+}
+
+}  // namespace
+
 PYBIND11_MODULE(_native, m) {
-  m.doc() = "shardmill native extension (Arrow/Parquet based shard reader core).";
+  m.doc() = "shardmill native extension: the Arrow/Parquet shard reader core.";
   py::register_exception<shardmill::NativeError>(m, "NativeError", PyExc_RuntimeError);
 
   m.attr("BUILT_AGAINST_PYARROW") = SHARDMILL_PYARROW_VERSION;
@@ -33,4 +108,40 @@ PYBIND11_MODULE(_native, m) {
       py::arg("num_rows") = 1000,
       "Round-trips num_rows rows through an in-memory zstd Parquet file with the linked "
       "Arrow/Parquet libraries; raises NativeError on any failure.");
+
+  m.def(
+      "hash_words",
+      [](uint64_t seed, uint64_t stream, const std::vector<uint64_t>& words) {
+        uint64_t h = shardmill::Mix64(seed ^ stream);
+        for (uint64_t w : words) h = shardmill::Mix64(h ^ w);
+        return h;
+      },
+      py::arg("seed"), py::arg("stream"), py::arg("words"),
+      "The keyed SplitMix64 chain of shardmill.transforms.keyed_hash.hash_words, in C++.");
+
+  m.def(
+      "feistel_permutation",
+      [](uint64_t n, uint64_t key) {
+        py::array_t<uint64_t> out(static_cast<py::ssize_t>(n));
+        uint64_t* data = out.mutable_data();
+        {
+          py::gil_scoped_release release;
+          shardmill::FeistelPermutation permutation(n, key);
+          for (uint64_t i = 0; i < n; ++i) data[i] = permutation.Apply(i);
+        }
+        return out;
+      },
+      py::arg("n"), py::arg("key"), "The images of 0..n-1 under the reader's Feistel permutation.");
+
+  py::class_<ShardReader>(m, "NativeReader")
+      .def(py::init(&MakeReader), py::arg("shards"), py::arg("columns"), py::arg("batch_size"),
+           py::arg("drop_remainder"), py::arg("shard_index"), py::arg("shard_count"), py::arg("num_epochs"),
+           py::arg("seed"), py::arg("shuffle"), py::arg("window_row_groups"), py::arg("num_threads"),
+           py::arg("prefetch_windows"), py::arg("start_epoch"), py::arg("start_position"))
+      .def("next_batch", &NextBatch, "The next batch as a dict of numpy arrays, or None at the end.")
+      .def("stop", &ShardReader::Stop, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("epoch", &ShardReader::epoch)
+      .def_property_readonly("position", &ShardReader::position)
+      .def_property_readonly("rows_per_epoch", &ShardReader::rows_per_epoch)
+      .def_property_readonly("num_rows", &ShardReader::num_rows);
 }

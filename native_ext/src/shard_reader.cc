@@ -1,0 +1,360 @@
+#include "shard_reader.h"
+
+#include <algorithm>
+#include <cstring>
+#include <tuple>
+
+#include <arrow/filesystem/api.h>
+#include <arrow/io/api.h>
+#include <parquet/arrow/reader.h>
+#include <parquet/file_reader.h>
+
+#include "keyed_hash.h"
+
+namespace shardmill {
+
+// One open shard file of one worker thread (FileReader is not shared across threads).
+class ShardHandle {
+ public:
+  static arrow::Result<std::unique_ptr<ShardHandle>> Open(const ShardFile& shard) {
+    auto handle = std::unique_ptr<ShardHandle>(new ShardHandle());
+    handle->path_ = shard.path;
+    std::string internal_path;
+    ARROW_ASSIGN_OR_RAISE(auto fs, arrow::fs::FileSystemFromUriOrPath(shard.path, &internal_path));
+    ARROW_ASSIGN_OR_RAISE(auto input, fs->OpenInputFile(internal_path));
+    ARROW_ASSIGN_OR_RAISE(handle->reader_, parquet::arrow::OpenFile(input, arrow::default_memory_pool()));
+    auto metadata = handle->reader_->parquet_reader()->metadata();
+    if (metadata->num_row_groups() != static_cast<int>(shard.row_group_rows.size())) {
+      return arrow::Status::Invalid("has ", metadata->num_row_groups(), " row groups, the manifest says ",
+                                    shard.row_group_rows.size());
+    }
+    for (int i = 0; i < metadata->num_row_groups(); ++i) {
+      int64_t rows = metadata->RowGroup(i)->num_rows();
+      if (rows != shard.row_group_rows[i]) {
+        return arrow::Status::Invalid("row group ", i, " has ", rows, " rows, the manifest says ",
+                                      shard.row_group_rows[i]);
+      }
+    }
+    return handle;
+  }
+
+  arrow::Result<std::shared_ptr<arrow::Schema>> Schema() {
+    std::shared_ptr<arrow::Schema> schema;
+    ARROW_RETURN_NOT_OK(reader_->GetSchema(&schema));
+    return schema;
+  }
+
+  // Column indices of `columns` in this file, checking their types.
+  arrow::Status Bind(const std::vector<ColumnSpec>& columns) {
+    ARROW_ASSIGN_OR_RAISE(auto schema, Schema());
+    column_indices_.clear();
+    for (const auto& column : columns) {
+      int index = schema->GetFieldIndex(column.name);
+      if (index < 0) return arrow::Status::Invalid("has no column '", column.name, "'");
+      if (!schema->field(index)->type()->Equals(*column.type)) {
+        return arrow::Status::Invalid("column '", column.name, "' is ", schema->field(index)->type()->ToString(),
+                                      ", other shards have ", column.type->ToString());
+      }
+      column_indices_.push_back(index);
+    }
+    return arrow::Status::OK();
+  }
+
+  arrow::Result<std::shared_ptr<arrow::Table>> ReadRowGroup(int index) {
+    std::shared_ptr<arrow::Table> table;
+    ARROW_RETURN_NOT_OK(reader_->ReadRowGroup(index, column_indices_, &table));
+    return table->CombineChunks();
+  }
+
+ private:
+  ShardHandle() = default;
+  std::string path_;
+  std::unique_ptr<parquet::arrow::FileReader> reader_;
+  std::vector<int> column_indices_;
+};
+
+struct ShardReader::DecodedGroup {
+  std::shared_ptr<arrow::Table> table;        // keeps the buffers alive
+  std::vector<const uint8_t*> column_data;    // first byte of row 0, per column
+};
+
+struct ShardReader::WindowSlot {
+  WindowSlot(int64_t epoch, int64_t window, std::shared_ptr<const EpochOrder> order)
+      : epoch(epoch), window(window), order(std::move(order)), layout(this->order->Window(window)) {}
+  int64_t epoch;
+  int64_t window;
+  std::shared_ptr<const EpochOrder> order;
+  EpochWindow layout;
+  std::vector<std::shared_ptr<DecodedGroup>> groups;
+  size_t pending = 0;
+  arrow::Status status;
+};
+
+namespace {
+
+arrow::Result<ColumnSpec> SpecOf(const arrow::Schema& schema, const std::string& name, const std::string& path) {
+  auto field = schema.GetFieldByName(name);
+  if (!field) {
+    std::string names;
+    for (const auto& f : schema.fields()) names += (names.empty() ? "" : ", ") + f->name();
+    return arrow::Status::Invalid("shard ", path, " has no column '", name, "' (columns: ", names, ")");
+  }
+  const auto& type = field->type();
+  if (type->id() == arrow::Type::FIXED_SIZE_BINARY) {
+    return ColumnSpec{name, type, static_cast<const arrow::FixedSizeBinaryType&>(*type).byte_width()};
+  }
+  if (arrow::is_integer(type->id()) || arrow::is_floating(type->id())) {
+    return ColumnSpec{name, type, type->byte_width()};
+  }
+  return arrow::Status::NotImplemented("column '", name, "' is ", type->ToString(),
+                                       "; the reader serves fixed_size_binary and fixed-width numeric columns");
+}
+
+}  // namespace
+
+ShardReader::ShardReader(ReaderOptions options) : options_(std::move(options)) {}
+
+ShardReader::~ShardReader() { Stop(); }
+
+arrow::Result<std::unique_ptr<ShardReader>> ShardReader::Make(ReaderOptions options) {
+  auto reader = std::unique_ptr<ShardReader>(new ShardReader(std::move(options)));
+  ARROW_RETURN_NOT_OK(reader->Init());
+  return reader;
+}
+
+arrow::Status ShardReader::Init() {
+  const auto& o = options_;
+  if (o.shards.empty()) return arrow::Status::Invalid("the dataset has no shards");
+  if (o.columns.empty()) return arrow::Status::Invalid("select at least one column");
+  if (o.batch_size < 1) return arrow::Status::Invalid("batch_size must be >= 1, got ", o.batch_size);
+  if (o.shard_count < 1 || o.shard_index < 0 || o.shard_index >= o.shard_count) {
+    return arrow::Status::Invalid("shard_index must be in [0, shard_count), got ", o.shard_index, " of ",
+                                  o.shard_count);
+  }
+  if (o.num_epochs < 0) return arrow::Status::Invalid("num_epochs must be >= 0 (0: unbounded)");
+  if (o.window_row_groups < 1) return arrow::Status::Invalid("window_row_groups must be >= 1");
+  if (o.num_threads < 1) return arrow::Status::Invalid("num_threads must be >= 1");
+  if (o.prefetch_windows < 0) return arrow::Status::Invalid("prefetch_windows must be >= 0");
+
+  std::vector<int64_t> rows;
+  for (size_t s = 0; s < o.shards.size(); ++s) {
+    for (size_t g = 0; g < o.shards[s].row_group_rows.size(); ++g) {
+      rows.push_back(o.shards[s].row_group_rows[g]);
+      shard_of_group_.push_back(static_cast<int64_t>(s));
+      index_in_shard_.push_back(static_cast<int64_t>(g));
+    }
+  }
+  layout_ = std::make_shared<DatasetLayout>(std::move(rows));
+  rank_rows_ = layout_->num_rows() / o.shard_count;
+
+  // Column types come from the first shard; every other shard is checked against them when opened.
+  auto first = ShardHandle::Open(o.shards[0]);
+  if (!first.ok()) return first.status().WithMessage("shard ", o.shards[0].path, ": ", first.status().message());
+  ARROW_ASSIGN_OR_RAISE(auto schema, (*first)->Schema());
+  for (const auto& name : o.columns) {
+    ARROW_ASSIGN_OR_RAISE(auto spec, SpecOf(*schema, name, o.shards[0].path));
+    columns_.push_back(std::move(spec));
+  }
+  if (o.start_epoch < 0 || (o.num_epochs > 0 && o.start_epoch > o.num_epochs)) {
+    return arrow::Status::Invalid("start epoch ", o.start_epoch, " is outside [0, ", o.num_epochs, "]");
+  }
+  if (o.start_position < 0 || o.start_position > rank_rows_) {
+    return arrow::Status::Invalid("start position ", o.start_position, " is outside [0, ", rank_rows_, "]");
+  }
+  epoch_ = o.start_epoch;
+  position_ = o.start_position;
+  return arrow::Status::OK();
+}
+
+std::shared_ptr<const EpochOrder> ShardReader::OrderFor(int64_t epoch) {
+  if (!order_cache_ || order_cache_->epoch() != epoch) {
+    order_cache_ = std::make_shared<EpochOrder>(layout_, options_.seed, epoch, options_.window_row_groups,
+                                                options_.shuffle);
+  }
+  return order_cache_;
+}
+
+arrow::Status ShardReader::Start() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!threads_.empty()) return arrow::Status::OK();
+  stopping_ = false;
+  next_epoch_ = epoch_;
+  next_window_ = -1;  // ScheduleLocked finds the first window of the resume point
+  for (int i = 0; i < options_.num_threads; ++i) threads_.emplace_back([this] { WorkerLoop(); });
+  return arrow::Status::OK();
+}
+
+void ShardReader::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (threads_.empty()) return;
+    stopping_ = true;
+    tasks_.clear();
+  }
+  work_ready_.notify_all();
+  group_done_.notify_all();
+  for (auto& thread : threads_) thread.join();
+  threads_.clear();
+  slots_.clear();
+}
+
+void ShardReader::ScheduleLocked() {
+  if (rank_rows_ == 0) return;
+  const int64_t lo = options_.shard_index * rank_rows_;
+  const int64_t hi = lo + rank_rows_;
+  while (static_cast<int64_t>(slots_.size()) < options_.prefetch_windows + 1) {
+    if (options_.num_epochs > 0 && next_epoch_ >= options_.num_epochs) break;
+    auto order = OrderFor(next_epoch_);
+    if (next_window_ < 0) {
+      int64_t first = next_epoch_ == epoch_ ? lo + position_ : lo;
+      if (first >= hi) {  // resumed exactly at the end of an epoch
+        ++next_epoch_;
+        continue;
+      }
+      next_window_ = order->WindowOf(first);
+    }
+    auto slot = std::make_shared<WindowSlot>(next_epoch_, next_window_, order);
+    slot->groups.resize(slot->layout.row_groups().size());
+    slot->pending = slot->groups.size();
+    for (size_t i = 0; i < slot->groups.size(); ++i) tasks_.emplace_back(slot, i);
+    slots_.push_back(slot);
+    if (slot->layout.end() >= hi) {
+      ++next_epoch_;
+      next_window_ = -1;
+    } else {
+      ++next_window_;
+    }
+  }
+  work_ready_.notify_all();
+}
+
+void ShardReader::WorkerLoop() {
+  std::vector<std::unique_ptr<ShardHandle>> handles(options_.shards.size());
+  while (true) {
+    std::shared_ptr<WindowSlot> slot;
+    size_t index;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      work_ready_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
+      if (stopping_) return;
+      std::tie(slot, index) = tasks_.front();
+      tasks_.pop_front();
+    }
+    auto decoded = Decode(slot->layout.row_groups()[index], &handles);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (decoded.ok()) {
+        slot->groups[index] = std::move(decoded).MoveValueUnsafe();
+      } else if (slot->status.ok()) {
+        slot->status = decoded.status();
+      }
+      --slot->pending;
+    }
+    group_done_.notify_all();
+  }
+}
+
+arrow::Result<std::shared_ptr<ShardReader::DecodedGroup>> ShardReader::Decode(
+    int64_t row_group, std::vector<std::unique_ptr<ShardHandle>>* handles) {
+  const int64_t shard = shard_of_group_[row_group];
+  const auto& file = options_.shards[shard];
+  auto in_file = [&](const arrow::Status& status) {
+    return status.WithMessage("shard ", file.path, ": ", status.message());
+  };
+  auto& handle = (*handles)[shard];
+  if (!handle) {
+    auto opened = ShardHandle::Open(file);
+    if (!opened.ok()) return in_file(opened.status());
+    auto bound = (*opened)->Bind(columns_);
+    if (!bound.ok()) return in_file(bound);
+    handle = std::move(opened).MoveValueUnsafe();
+  }
+  auto table = handle->ReadRowGroup(static_cast<int>(index_in_shard_[row_group]));
+  if (!table.ok()) return in_file(table.status());
+  auto decoded = std::make_shared<DecodedGroup>();
+  decoded->table = *table;
+  const int64_t rows = layout_->row_group_rows[row_group];
+  if (decoded->table->num_rows() != rows) {
+    return in_file(arrow::Status::Invalid("row group ", index_in_shard_[row_group], " decoded to ",
+                                          decoded->table->num_rows(), " rows, expected ", rows));
+  }
+  for (size_t c = 0; c < columns_.size(); ++c) {
+    const auto& chunks = decoded->table->column(static_cast<int>(c))->chunks();
+    if (rows == 0) {
+      decoded->column_data.push_back(nullptr);
+      continue;
+    }
+    const auto& array = chunks.at(0);
+    if (array->null_count() != 0) {
+      return in_file(arrow::Status::Invalid("column '", columns_[c].name, "' has nulls"));
+    }
+    decoded->column_data.push_back(array->data()->buffers[1]->data() + array->offset() * columns_[c].row_bytes);
+  }
+  return decoded;
+}
+
+BatchPlan ShardReader::PlanNext() {
+  while (true) {
+    if (rank_rows_ == 0) return {};
+    if (options_.num_epochs > 0 && epoch_ >= options_.num_epochs) return {};
+    int64_t remaining = rank_rows_ - position_;
+    if (remaining == 0 || (options_.drop_remainder && remaining < options_.batch_size)) {
+      ++epoch_;
+      position_ = 0;
+      continue;
+    }
+    return {epoch_, std::min(options_.batch_size, remaining)};
+  }
+}
+
+arrow::Status ShardReader::FillNext(const BatchPlan& plan, const std::vector<uint8_t*>& buffers,
+                                    int64_t* record_index, uint64_t* record_seed) {
+  if (plan.epoch != epoch_) return arrow::Status::Invalid("FillNext without a matching PlanNext");
+  if (buffers.size() != columns_.size()) return arrow::Status::Invalid("one buffer per column expected");
+  const int64_t lo = options_.shard_index * rank_rows_;
+  int64_t done = 0;
+  while (done < plan.rows) {
+    const int64_t target = lo + position_ + done;
+    std::shared_ptr<WindowSlot> slot;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (threads_.empty()) return arrow::Status::Invalid("the reader is stopped");
+      while (true) {
+        ScheduleLocked();
+        if (slots_.empty()) return arrow::Status::IndexError("no window holds epoch position ", target);
+        const auto& front = slots_.front();
+        if (front->epoch < epoch_ || (front->epoch == epoch_ && front->layout.end() <= target)) {
+          slots_.pop_front();  // a window of a skipped remainder, or one already consumed
+          continue;
+        }
+        break;
+      }
+      slot = slots_.front();
+      if (slot->epoch != epoch_ || slot->layout.start() > target) {
+        return arrow::Status::IndexError("window schedule out of step at epoch ", epoch_, " position ", target);
+      }
+      group_done_.wait(lock, [&] { return stopping_ || slot->pending == 0; });
+      if (stopping_) return arrow::Status::Cancelled("the reader was stopped");
+      ARROW_RETURN_NOT_OK(slot->status);
+    }
+    // The window is fully decoded and immutable: copy without the lock.
+    const int64_t run = std::min(plan.rows - done, slot->layout.end() - target);
+    const auto& groups = slot->layout.row_groups();
+    for (int64_t j = 0; j < run; ++j) {
+      RowLocation loc = slot->layout.Locate(target + j);
+      const auto& group = slot->groups[loc.row_group];
+      for (size_t c = 0; c < columns_.size(); ++c) {
+        const int64_t width = columns_[c].row_bytes;
+        std::memcpy(buffers[c] + (done + j) * width, group->column_data[c] + loc.row * width, width);
+      }
+      const int64_t index = layout_->row_group_offsets[groups[loc.row_group]] + loc.row;
+      record_index[done + j] = index;
+      record_seed[done + j] = HashWords(options_.seed, kStreamRecordSeed, {static_cast<uint64_t>(index)});
+    }
+    done += run;
+  }
+  position_ += plan.rows;
+  return arrow::Status::OK();
+}
+
+}  // namespace shardmill

@@ -1,0 +1,125 @@
+// ShardReader: serves a shardmill output directory's shards as batches.
+//
+// Order: EpochOrder (row-group permutation + windowed row shuffle per epoch);
+// this rank reads a contiguous slice of every epoch. Decoding: `num_threads`
+// worker threads read whole row groups (selected columns) of the next
+// `prefetch_windows` windows ahead of the consumer; memory is bounded by
+// (prefetch_windows + 1) x window_row_groups x the largest row group's bytes.
+// State: the consumer's (epoch, position) alone determines everything that
+// follows, whatever the thread count, so a checkpoint is two integers.
+//
+// Threads start in Start(), never in the constructor; Stop() is idempotent
+// and the destructor calls it. Every failure is an arrow::Status.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <arrow/api.h>
+
+#include "epoch_order.h"
+
+namespace shardmill {
+
+struct ShardFile {
+  std::string path;                    // local path or Arrow filesystem URI
+  std::vector<int64_t> row_group_rows;  // as the manifest states
+};
+
+struct ReaderOptions {
+  std::vector<ShardFile> shards;
+  std::vector<std::string> columns;  // fixed_size_binary or fixed-width numeric
+  int64_t batch_size = 256;
+  bool drop_remainder = false;
+  int64_t shard_index = 0;  // this rank
+  int64_t shard_count = 1;  // number of ranks
+  int64_t num_epochs = 1;   // 0: unbounded
+  uint64_t seed = 0;
+  bool shuffle = true;
+  int64_t window_row_groups = 8;
+  int num_threads = 2;
+  int64_t prefetch_windows = 2;
+  int64_t start_epoch = 0;     // resume point: epoch ...
+  int64_t start_position = 0;  // ... and rows of this rank's slice already delivered
+};
+
+// One output column: its name and the bytes one row takes.
+struct ColumnSpec {
+  std::string name;
+  std::shared_ptr<arrow::DataType> type;
+  int64_t row_bytes;
+};
+
+struct BatchPlan {
+  int64_t epoch = -1;  // -1: the stream has ended
+  int64_t rows = 0;
+};
+
+class ShardReader {
+ public:
+  static arrow::Result<std::unique_ptr<ShardReader>> Make(ReaderOptions options);
+  ~ShardReader();
+  ShardReader(const ShardReader&) = delete;
+  ShardReader& operator=(const ShardReader&) = delete;
+
+  arrow::Status Start();
+  void Stop();
+
+  const std::vector<ColumnSpec>& columns() const { return columns_; }
+  int64_t rows_per_epoch() const { return rank_rows_; }
+  int64_t num_rows() const { return layout_->num_rows(); }
+  int64_t epoch() const { return epoch_; }
+  int64_t position() const { return position_; }
+
+  // The size of the next batch (moves past finished epochs); no I/O.
+  BatchPlan PlanNext();
+  // Fills the next batch planned by PlanNext(): one buffer per column
+  // (rows x row_bytes), plus each row's global record index (its position in
+  // the dataset, shards in manifest order) and record seed
+  // HashWords(seed, kStreamRecordSeed, {index}). Blocks until decoded.
+  arrow::Status FillNext(const BatchPlan& plan, const std::vector<uint8_t*>& buffers, int64_t* record_index,
+                         uint64_t* record_seed);
+
+ private:
+  struct DecodedGroup;
+  struct WindowSlot;
+
+  explicit ShardReader(ReaderOptions options);
+  arrow::Status Init();
+  void ScheduleLocked();
+  void WorkerLoop();
+  arrow::Result<std::shared_ptr<DecodedGroup>> Decode(int64_t row_group,
+                                                      std::vector<std::unique_ptr<class ShardHandle>>* handles);
+  std::shared_ptr<const EpochOrder> OrderFor(int64_t epoch);
+
+  ReaderOptions options_;
+  std::shared_ptr<const DatasetLayout> layout_;
+  std::vector<int64_t> shard_of_group_;        // global row group -> shard
+  std::vector<int64_t> index_in_shard_;        // global row group -> row group within shard
+  std::vector<ColumnSpec> columns_;
+  int64_t rank_rows_ = 0;
+
+  // Consumer state (the checkpoint).
+  int64_t epoch_ = 0;
+  int64_t position_ = 0;
+
+  // Prefetch state, guarded by mutex_.
+  std::mutex mutex_;
+  std::condition_variable work_ready_;
+  std::condition_variable group_done_;
+  std::deque<std::shared_ptr<WindowSlot>> slots_;  // windows in consumption order
+  std::deque<std::pair<std::shared_ptr<WindowSlot>, size_t>> tasks_;
+  int64_t next_epoch_ = 0;   // next window to schedule ...
+  int64_t next_window_ = 0;  // ... within that epoch
+  std::shared_ptr<const EpochOrder> order_cache_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace shardmill
