@@ -33,6 +33,9 @@ STREAM_POSITION_ORDER = 2  # per-chunk order of positions, per exhaustion round
 STREAM_SHUFFLE = 3  # shard and in-shard order of an emitted record
 STREAM_CHUNK_KEY = 4  # chunk identity
 STREAM_KEEP = 5  # document-level keep decisions (token datasets)
+STREAM_RECORD_SEED = 6  # per-record seed served by the native reader
+STREAM_READER_ROW_GROUPS = 7  # native reader: per-epoch row-group permutation
+STREAM_READER_WINDOW = 8  # native reader: per-window row permutation
 
 
 def mix64(x):

@@ -1,0 +1,270 @@
+"""The native shard reader: complete, disjoint, reshuffled, exactly resumable, clean errors."""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from shardmill.native_ext import OutputError, ShardReader, _native
+from shardmill.transforms import keyed_hash
+from tests.datagen.shards import frame_bytes, write_output
+
+N_ROWS = [1000, 777, 1301]  # 3078 rows; row groups of 64 -> 50 row groups, ragged ends
+
+
+@pytest.fixture(scope="module")
+def output(tmp_path_factory):
+    directory = str(tmp_path_factory.mktemp("reader_out"))
+    write_output(directory, N_ROWS, row_group_rows=64, width=16)
+    return directory
+
+
+def read_all(reader):
+    batches = list(reader)
+    return batches, np.concatenate([b["id"] for b in batches]) if batches else np.zeros(0, np.int64)
+
+
+def epoch_ids(output, **kwargs):
+    kwargs.setdefault("columns", ["frame", "id"])
+    with ShardReader(output, **kwargs) as reader:
+        return read_all(reader)
+
+
+# ---- shared generator and permutation ----------------------------------------
+
+def test_native_hash_matches_the_python_generator():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        seed, stream = (int(x) for x in rng.integers(0, 2**63, 2))
+        words = [int(x) for x in rng.integers(0, 2**63, int(rng.integers(0, 4)))]
+        assert _native.hash_words(seed, stream, words) == int(keyed_hash.hash_words(seed, stream, *words))
+    assert _native.hash_words(0, 0, []) == 0xE220A8397B1DCDAF  # SplitMix64's first output for seed 0
+
+
+@pytest.mark.parametrize("k", list(range(1, 18)))
+def test_feistel_permutation_is_a_bijection_at_the_edge_sizes(k):
+    for n in {2**k - 1, 2**k, 2**k + 1}:
+        image = _native.feistel_permutation(n, 977 + k)
+        assert len(np.unique(image)) == n and image.max() == n - 1, n
+
+
+def test_feistel_permutation_depends_on_the_key_and_is_not_identity():
+    a, b = _native.feistel_permutation(1000, 1), _native.feistel_permutation(1000, 2)
+    assert (a != b).any() and (a != np.arange(1000)).sum() > 900
+
+
+# ---- epochs and ranks ----------------------------------------------------------
+
+def test_one_epoch_serves_every_row_once_with_its_bytes_and_index(output):
+    batches, ids = epoch_ids(output, batch_size=100, seed=1)
+    assert sorted(ids.tolist()) == list(range(sum(N_ROWS)))
+    for b in batches:
+        assert (b["record_index"] == b["id"]).all()
+        assert (b["frame"] == frame_bytes(b["id"], 16)).all()
+        assert b["frame"].shape == (len(b["id"]), 16) and b["frame"].dtype == np.uint8
+        assert (b["record_seed"] == keyed_hash.hash_words(1, keyed_hash.STREAM_RECORD_SEED, b["id"])).all()
+    assert [len(b["id"]) for b in batches] == [100] * 30 + [78]
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 7])
+def test_ranks_are_disjoint_equal_and_cover_the_epoch(output, ranks):
+    per_rank = [epoch_ids(output, batch_size=64, shard_index=r, shard_count=ranks, seed=5)[1] for r in range(ranks)]
+    sizes = {len(ids) for ids in per_rank}
+    assert sizes == {sum(N_ROWS) // ranks}
+    union = np.concatenate(per_rank)
+    assert len(np.unique(union)) == len(union)
+    assert sum(N_ROWS) - len(union) < ranks
+
+
+def test_each_epoch_is_a_different_order_and_the_same_seed_repeats_it(output):
+    _, two = epoch_ids(output, batch_size=128, num_epochs=2, seed=9)
+    first, second = two[: sum(N_ROWS)], two[sum(N_ROWS):]
+    assert sorted(first.tolist()) == sorted(second.tolist())
+    assert (first != second).mean() > 0.9
+    _, again = epoch_ids(output, batch_size=128, num_epochs=2, seed=9)
+    assert (again == two).all()
+    _, other = epoch_ids(output, batch_size=128, seed=10)
+    assert (other != first).mean() > 0.9
+
+
+def test_shuffle_off_serves_manifest_order(output):
+    _, ids = epoch_ids(output, batch_size=500, shuffle=False)
+    assert ids.tolist() == list(range(sum(N_ROWS)))
+
+
+def test_drop_remainder_drops_the_short_last_batch_of_each_epoch(output):
+    batches, ids = epoch_ids(output, batch_size=100, drop_remainder=True, num_epochs=2)
+    assert all(len(b["id"]) == 100 for b in batches) and len(batches) == 60
+    assert [b["epoch"] for b in batches] == [0] * 30 + [1] * 30
+
+
+def test_thread_count_does_not_change_the_stream(output):
+    _, one = epoch_ids(output, batch_size=50, num_threads=1, prefetch_windows=0, num_epochs=2, seed=4)
+    _, four = epoch_ids(output, batch_size=50, num_threads=4, prefetch_windows=3, num_epochs=2, seed=4)
+    assert (one == four).all()
+
+
+# ---- checkpoints ----------------------------------------------------------------
+
+@pytest.mark.parametrize("batch_size,stop_after", [(50, 1), (50, 29), (64, 20), (77, 30), (100, 16), (100, 25)])
+def test_resume_from_state_reproduces_the_remaining_stream(output, batch_size, stop_after):
+    # A rank serves 1539 rows per epoch: (100, 16) resumes exactly at the epoch
+    # boundary; the others mid-epoch, mid-window and mid-row-group (row groups
+    # have 64 rows, windows 8 row groups).
+    settings = dict(batch_size=batch_size, num_epochs=2, seed=3, shard_index=1, shard_count=2,
+                    columns=["frame", "id"])
+    with ShardReader(output, **settings) as reader:
+        full = list(reader)
+    with ShardReader(output, **settings) as reader:
+        head = [next(reader) for _ in range(stop_after)]
+        state = reader.state()
+    assert len(state) < 1024
+    with ShardReader(output, state=state, num_threads=1, **settings) as resumed:
+        tail = list(resumed)
+    assert len(head) + len(tail) == len(full)
+    for got, want in zip(head + tail, full):
+        assert (got["id"] == want["id"]).all() and got["epoch"] == want["epoch"]
+        assert (got["frame"] == want["frame"]).all()
+
+
+def test_state_from_other_settings_is_refused(output):
+    with ShardReader(output, batch_size=10, seed=1) as reader:
+        next(reader)
+        state = reader.state()
+    with pytest.raises(ValueError, match="seed"):
+        ShardReader(output, batch_size=10, seed=2, state=state)
+    with pytest.raises(ValueError, match="not a ShardReader state"):
+        ShardReader(output, batch_size=10, seed=1, state=b"garbage")
+
+
+# ---- real job output ------------------------------------------------------------
+
+def test_reads_a_shardmill_run_output(lc0_dataset, tmp_path):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from shardmill.pipelines.config import parse_config, validate
+    from shardmill.pipelines.inputs import expand_inputs
+    from shardmill.pipelines.run_job import run_job
+
+    directory, _ = lc0_dataset
+    config = validate(parse_config(
+        f'input: "{directory}"\nindex {{ lc0_version: 6 }}\nchunk_pool {{ position_count: 3 }}\n'
+        'output { num_shards: 3 row_group_bytes: 200000 }'))
+    out = str(tmp_path / "out")
+    manifest = run_job(config, expand_inputs([directory]), out, PipelineOptions([]))
+    expected = pa.concat_tables([pq.read_table(os.path.join(out, s["path"])) for s in manifest["shards"]])
+    with ShardReader(out, batch_size=32, columns=["frame", "chunk", "position"], seed=8) as reader:
+        batches = list(reader)
+    index = np.concatenate([b["record_index"] for b in batches])
+    assert sorted(index.tolist()) == list(range(expected.num_rows))
+    frames = np.concatenate([b["frame"] for b in batches])
+    want = np.frombuffer(expected["frame"].combine_chunks().buffers()[1], np.uint8).reshape(-1, 8356)
+    assert (frames == want[index]).all()
+    assert (np.concatenate([b["chunk"] for b in batches]) == expected["chunk"].to_numpy()[index]).all()
+
+
+# ---- errors ---------------------------------------------------------------------
+
+@pytest.fixture
+def broken(output, tmp_path):
+    directory = str(tmp_path / "copy")
+    shutil.copytree(output, directory)
+    return directory
+
+
+def _manifest(directory):
+    with open(os.path.join(directory, "manifest.json")) as f:
+        return json.load(f)
+
+
+def _save(directory, manifest):
+    with open(os.path.join(directory, "manifest.json"), "w") as f:
+        json.dump(manifest, f)
+
+
+def test_directory_without_manifest_is_refused(tmp_path):
+    with pytest.raises(OutputError, match="no manifest.json"):
+        ShardReader(str(tmp_path))
+
+
+def test_missing_shard_is_refused(broken):
+    os.remove(os.path.join(broken, "shard-00001-of-00003.parquet"))
+    with pytest.raises(OutputError, match="shard-00001-of-00003.parquet is missing"):
+        ShardReader(broken)
+
+
+def test_shard_size_disagreeing_with_the_manifest_is_refused(broken):
+    with open(os.path.join(broken, "shard-00002-of-00003.parquet"), "ab") as f:
+        f.write(b"x")
+    with pytest.raises(OutputError, match="shard-00002-of-00003.parquet has .* bytes"):
+        ShardReader(broken)
+
+
+def test_row_groups_disagreeing_with_the_manifest_raise_naming_the_shard(broken):
+    manifest = _manifest(broken)
+    groups = manifest["shards"][1]["row_groups"]
+    manifest["shards"][1]["row_groups"] = groups[:-2] + [groups[-2] + groups[-1]]
+    _save(broken, manifest)
+    with pytest.raises(OutputError, match="shard-00001-of-00003.parquet.*row groups, the manifest says"):
+        list(ShardReader(broken, columns=["id"]))
+
+
+def test_corrupt_shard_raises_naming_the_file_instead_of_aborting(broken):
+    path = os.path.join(broken, "shard-00000-of-00003.parquet")
+    data = bytearray(open(path, "rb").read())
+    for i in range(100, 2000):  # scramble column data, keep the footer and the size
+        data[i] ^= 0xA5
+    open(path, "wb").write(bytes(data))
+    with pytest.raises(OutputError, match="shard-00000-of-00003.parquet"):
+        list(ShardReader(broken, columns=["frame", "id"], shuffle=False))
+
+
+def test_truncated_shard_with_a_matching_manifest_raises(broken):
+    path = os.path.join(broken, "shard-00002-of-00003.parquet")
+    data = open(path, "rb").read()[:-100]
+    open(path, "wb").write(data)
+    manifest = _manifest(broken)
+    manifest["shards"][2]["bytes"] = len(data)
+    _save(broken, manifest)
+    with pytest.raises(OutputError, match="shard-00002-of-00003.parquet"):
+        list(ShardReader(broken, columns=["id"]))
+
+
+def test_checksum_mismatch_is_refused_when_verifying(broken):
+    manifest = _manifest(broken)
+    manifest["shards"][0]["sha256"] = "0" * 64
+    _save(broken, manifest)
+    ShardReader(broken).close()  # sizes match: accepted without verification
+    with pytest.raises(OutputError, match="SHA-256"):
+        ShardReader(broken, verify_checksums=True)
+
+
+def test_schema_mismatch_between_shards_raises(broken):
+    write_output(os.path.join(broken, "other"), [100], row_group_rows=64, width=8)
+    shutil.copy(os.path.join(broken, "other", "shard-00000-of-00001.parquet"),
+                os.path.join(broken, "shard-00001-of-00003.parquet"))
+    manifest = _manifest(broken)
+    other = _manifest(os.path.join(broken, "other"))["shards"][0]
+    manifest["shards"][1].update({k: other[k] for k in ("rows", "row_groups", "bytes", "sha256")})
+    _save(broken, manifest)
+    with pytest.raises(OutputError, match="shard-00001-of-00003.parquet: column 'frame' is fixed_size_binary"):
+        list(ShardReader(broken, columns=["frame"]))
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(columns=["source"]), "column 'source' is string"),
+        (dict(columns=["nope"]), "no column 'nope'"),
+        (dict(batch_size=0), "batch_size must be >= 1"),
+        (dict(shard_index=2, shard_count=2), "shard_index must be in"),
+        (dict(window_row_groups=0), "window_row_groups must be >= 1"),
+    ],
+)
+def test_bad_arguments_raise_clear_errors(output, kwargs, message):
+    with pytest.raises(OutputError, match=message):
+        ShardReader(output, **kwargs)
