@@ -1,0 +1,121 @@
+"""Native shard reader vs pyarrow's sequential decode ceiling, side by side on the same shards.
+
+Writes two datasets of shardmill-format shards (small ~100 B rows and lc0
+V6-sized 8356 B frames), then, interleaved over rounds in one process:
+  pyarrow_sequential  ParquetFile.iter_batches over every shard, no shuffle,
+                      frames viewed as (batch, width) numpy arrays (the decode
+                      ceiling on this machine)
+  shardmill_reader    ShardReader, shuffle on, rank 0 of 2 (sharding on)
+Reports rows/s and MB/s of frame bytes, time to first batch, and the time to
+restore a reader from a mid-epoch state() (construction, and first batch).
+Peers (Grain, Mosaic streaming, Petastorm) run from benchmarks/bench_peers.py
+in their own virtualenv.
+
+    python benchmarks/bench_reader.py [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pyarrow.parquet as pq
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from shardmill.native_ext import ShardReader  # noqa: E402
+from tests.datagen.shards import write_output  # noqa: E402
+
+DATASETS = {
+    # name: (rows per shard, shards, frame width, rows per row group ~ 4 MiB)
+    "small_rows_100B": (1_000_000, 4, 100, 41_943),
+    "lc0_frames_8356B": (25_000, 4, 8356, 501),
+}
+BATCH = 256
+
+
+def pyarrow_sequential(directory, manifest, width):
+    rows = 0
+    for shard in manifest["shards"]:
+        for batch in pq.ParquetFile(os.path.join(directory, shard["path"])).iter_batches(BATCH, columns=["frame"]):
+            frames = np.frombuffer(batch.column(0).buffers()[1], np.uint8).reshape(-1, width)
+            rows += len(frames)
+    return rows
+
+
+def shardmill_reader(directory, manifest, width):
+    rows = 0
+    with ShardReader(directory, BATCH, ["frame"], shard_index=0, shard_count=2, seed=1) as reader:
+        for batch in reader:
+            rows += len(batch["frame"])
+    return rows
+
+
+def first_batch_seconds(directory):
+    start = time.perf_counter()
+    reader = ShardReader(directory, BATCH, ["frame"], shard_index=0, shard_count=2, seed=1)
+    next(reader)
+    seconds = time.perf_counter() - start
+    reader.close()
+    return seconds
+
+
+def restore_seconds(directory):
+    reader = ShardReader(directory, BATCH, ["frame"], shard_index=0, shard_count=2, seed=1)
+    for _ in range(37):
+        next(reader)
+    state = reader.state()
+    reader.close()
+    start = time.perf_counter()
+    restored = ShardReader(directory, BATCH, ["frame"], shard_index=0, shard_count=2, seed=1, state=state)
+    constructed = time.perf_counter() - start
+    next(restored)
+    first = time.perf_counter() - start
+    restored.close()
+    return constructed, first, len(state)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="bench-reader-")
+    report = {"batch_size": BATCH, "datasets": {}}
+    for name, (rows, shards, width, group_rows) in DATASETS.items():
+        directory = os.path.join(work, name)
+        manifest = write_output(directory, [rows] * shards, row_group_rows=group_rows, width=width)
+        variants = {"pyarrow_sequential": pyarrow_sequential, "shardmill_reader": shardmill_reader}
+        times = {v: [] for v in variants}
+        counts = {}
+        for _ in range(args.rounds):
+            for v, fn in variants.items():
+                start = time.perf_counter()
+                counts[v] = fn(directory, manifest, width)
+                times[v].append(time.perf_counter() - start)
+        first = statistics.median(first_batch_seconds(directory) for _ in range(args.rounds))
+        restores = [restore_seconds(directory) for _ in range(args.rounds)]
+        entry = {"rows": rows * shards, "frame_bytes": width, "variants": {}}
+        for v in variants:
+            t = statistics.median(times[v])
+            entry["variants"][v] = {"rows_read": counts[v], "seconds": round(t, 3),
+                                    "rows_per_s": round(counts[v] / t),
+                                    "mb_per_s": round(counts[v] * width / t / 1e6, 1)}
+        base = entry["variants"]["pyarrow_sequential"]["rows_per_s"]
+        entry["variants"]["shardmill_reader"]["vs_pyarrow_sequential"] = round(
+            entry["variants"]["shardmill_reader"]["rows_per_s"] / base, 2)
+        entry["first_batch_seconds"] = round(first, 4)
+        entry["restore_construct_ms"] = round(1000 * statistics.median(r[0] for r in restores), 2)
+        entry["restore_first_batch_ms"] = round(1000 * statistics.median(r[1] for r in restores), 2)
+        entry["state_bytes"] = restores[0][2]
+        report["datasets"][name] = entry
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
