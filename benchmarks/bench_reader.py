@@ -8,10 +8,10 @@ V6-sized 8356 B frames), then, interleaved over rounds in one process:
   shardmill_reader    ShardReader, shuffle on, rank 0 of 2 (sharding on)
 Reports rows/s and MB/s of frame bytes, time to first batch, and the time to
 restore a reader from a mid-epoch state() (construction, and first batch).
-Peers (Grain, Mosaic streaming, Petastorm) run from benchmarks/bench_peers.py
-in their own virtualenv.
+With --peers-python, the peers (Grain, Mosaic streaming, Petastorm) run
+from benchmarks/bench_peers.py in their own virtualenv on the same shards.
 
-    python benchmarks/bench_reader.py [--rounds 3]
+    python benchmarks/bench_reader.py [--rounds 3] [--peers-python /tmp/peers/bin/python]
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -84,6 +85,7 @@ def restore_seconds(directory):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--peers-python", help="python of a virtualenv with grain, mosaicml-streaming, petastorm")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="bench-reader-")
     report = {"batch_size": BATCH, "datasets": {}}
@@ -113,6 +115,17 @@ def main():
         entry["restore_construct_ms"] = round(1000 * statistics.median(r[0] for r in restores), 2)
         entry["restore_first_batch_ms"] = round(1000 * statistics.median(r[1] for r in restores), 2)
         entry["state_bytes"] = restores[0][2]
+        if args.peers_python:
+            script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_peers.py")
+            result = subprocess.run([args.peers_python, script, directory, str(width), str(args.rounds)],
+                                    capture_output=True, text=True)
+            peers = json.loads(result.stdout.strip().splitlines()[-1]) if result.returncode == 0 else {
+                "error": result.stderr[-500:]}
+            entry["peers"] = peers
+            rates = [p["rows_per_s"] for p in peers.values() if isinstance(p, dict) and "rows_per_s" in p]
+            if rates:
+                entry["variants"]["shardmill_reader"]["vs_best_peer"] = round(
+                    entry["variants"]["shardmill_reader"]["rows_per_s"] / max(rates), 2)
         report["datasets"][name] = entry
     print(json.dumps(report, indent=1))
 

@@ -1,0 +1,102 @@
+"""Peer loaders on shardmill shards, run inside a separate virtualenv that has them.
+
+Never imported by shardmill; bench_reader.py runs it as
+`PEER_PYTHON benchmarks/bench_peers.py DATASET_DIR WIDTH ROUNDS` and reads
+one JSON object: per peer the median seconds and rows/s to read every row of
+the dataset once, with shuffling on where the peer offers it.
+
+  grain      grain.experimental.ParquetIterDataset per shard, interleaved, batched
+             (Grain reads Parquet sequentially; it has no global shuffle)
+  mosaic     streaming.StreamingDataset(shuffle=True) over the same rows
+             converted to MDS (conversion not timed)
+  petastorm  petastorm.make_batch_reader(shuffle_row_groups=True) on the Parquet files
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pyarrow.parquet as pq
+
+BATCH = 256
+
+
+def grain_rows(directory, width):
+    import grain
+
+    files = sorted(glob.glob(os.path.join(directory, "shard-*.parquet")))
+    datasets = [grain.experimental.ParquetIterDataset(f) for f in files]
+    ds = grain.experimental.InterleaveIterDataset(grain.MapDataset.source(datasets), cycle_length=len(files))
+    ds = ds.map(lambda row: {"frame": np.frombuffer(row["frame"], np.uint8)}).batch(BATCH)
+    rows = 0
+    for batch in ds:
+        rows += len(batch["frame"])
+    return rows
+
+
+def mosaic_prepare(directory, width):
+    from streaming import MDSWriter
+
+    out = tempfile.mkdtemp(prefix="mds-")
+    with MDSWriter(out=out, columns={"frame": "bytes"}, compression=None) as writer:
+        for f in sorted(glob.glob(os.path.join(directory, "shard-*.parquet"))):
+            for batch in pq.ParquetFile(f).iter_batches(4096, columns=["frame"]):
+                for value in batch.column(0).to_pylist():
+                    writer.write({"frame": value})
+    return out
+
+
+def mosaic_rows(mds_dir, width):
+    from streaming import StreamingDataset
+
+    dataset = StreamingDataset(local=mds_dir, shuffle=True, batch_size=BATCH, shuffle_seed=1)
+    rows = 0
+    for sample in dataset:
+        np.frombuffer(sample["frame"], np.uint8)
+        rows += 1
+    return rows
+
+
+def petastorm_rows(directory, width):
+    from petastorm import make_batch_reader
+
+    rows = 0
+    with make_batch_reader("file://" + os.path.abspath(directory), schema_fields=["frame"], num_epochs=1,
+                           shuffle_row_groups=True, workers_count=2) as reader:
+        for batch in reader:
+            rows += len(batch.frame)
+    return rows
+
+
+def main():
+    directory, width, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    report = {}
+    mds = None
+    for name, fn in [("grain", grain_rows), ("mosaic", mosaic_rows), ("petastorm", petastorm_rows)]:
+        try:
+            source = directory
+            if name == "mosaic":
+                mds = mds or mosaic_prepare(directory, width)
+                source = mds
+            times, rows = [], 0
+            for _ in range(rounds):
+                start = time.perf_counter()
+                rows = fn(source, width)
+                times.append(time.perf_counter() - start)
+            t = statistics.median(times)
+            report[name] = {"rows_read": rows, "seconds": round(t, 3), "rows_per_s": round(rows / t),
+                            "mb_per_s": round(rows * width / t / 1e6, 1)}
+        except Exception as err:  # a peer that can't run here is reported, not fatal
+            report[name] = {"error": f"{type(err).__name__}: {err}"[:300]}
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
