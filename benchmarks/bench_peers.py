@@ -1,11 +1,12 @@
 """Peer loaders on shardmill shards, run inside a separate virtualenv that has them.
 
 Never imported by shardmill; bench_reader.py runs it as
-`PEER_PYTHON benchmarks/bench_peers.py DATASET_DIR WIDTH ROUNDS` and reads
-one JSON object: per peer the median seconds and rows/s to read every row of
-the dataset once, with shuffling on where the peer offers it.
+`PEER_PYTHON benchmarks/bench_peers.py DATASET_DIR WIDTH ROUNDS MAX_ROWS` and
+reads one JSON object: per peer the median seconds and rows/s to read the
+whole dataset (Grain: its first MAX_ROWS rows, as it reads ~100k rows/s
+here), with shuffling on where the peer offers it.
 
-  grain      grain.experimental.ParquetIterDataset per shard, interleaved, batched
+  grain      grain.experimental.ParquetIterDataset per shard, batched
              (Grain reads Parquet sequentially; it has no global shuffle)
   mosaic     streaming.StreamingDataset(shuffle=True) over the same rows
              converted to MDS (conversion not timed)
@@ -28,16 +29,19 @@ import pyarrow.parquet as pq
 BATCH = 256
 
 
-def grain_rows(directory, width):
+def shard_files(directory):
+    return sorted(glob.glob(os.path.join(directory, "shard-*.parquet")))
+
+
+def grain_rows(directory, width, max_rows):
     import grain
 
-    files = sorted(glob.glob(os.path.join(directory, "shard-*.parquet")))
-    datasets = [grain.experimental.ParquetIterDataset(f) for f in files]
-    ds = grain.experimental.InterleaveIterDataset(grain.MapDataset.source(datasets), cycle_length=len(files))
-    ds = ds.map(lambda row: {"frame": np.frombuffer(row["frame"], np.uint8)}).batch(BATCH)
     rows = 0
-    for batch in ds:
-        rows += len(batch["frame"])
+    for f in shard_files(directory):  # Grain's Parquet source is sequential per file
+        for batch in grain.experimental.ParquetIterDataset(f).batch(BATCH):
+            rows += len(batch["frame"])
+            if rows >= max_rows:
+                return rows
     return rows
 
 
@@ -46,14 +50,14 @@ def mosaic_prepare(directory, width):
 
     out = tempfile.mkdtemp(prefix="mds-")
     with MDSWriter(out=out, columns={"frame": "bytes"}, compression=None) as writer:
-        for f in sorted(glob.glob(os.path.join(directory, "shard-*.parquet"))):
+        for f in shard_files(directory):
             for batch in pq.ParquetFile(f).iter_batches(4096, columns=["frame"]):
                 for value in batch.column(0).to_pylist():
                     writer.write({"frame": value})
     return out
 
 
-def mosaic_rows(mds_dir, width):
+def mosaic_rows(mds_dir, width, max_rows):  # noqa: ARG001 (reads everything)
     from streaming import StreamingDataset
 
     dataset = StreamingDataset(local=mds_dir, shuffle=True, batch_size=BATCH, shuffle_seed=1)
@@ -64,19 +68,20 @@ def mosaic_rows(mds_dir, width):
     return rows
 
 
-def petastorm_rows(directory, width):
+def petastorm_rows(directory, width, max_rows):
     from petastorm import make_batch_reader
 
     rows = 0
-    with make_batch_reader("file://" + os.path.abspath(directory), schema_fields=["frame"], num_epochs=1,
-                           shuffle_row_groups=True, workers_count=2) as reader:
+    urls = ["file://" + os.path.abspath(f) for f in shard_files(directory)]  # not manifest.json
+    with make_batch_reader(urls, schema_fields=["frame"], num_epochs=1, shuffle_row_groups=True,
+                           workers_count=2) as reader:
         for batch in reader:
             rows += len(batch.frame)
     return rows
 
 
 def main():
-    directory, width, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    directory, width, rounds, max_rows = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     report = {}
     mds = None
     for name, fn in [("grain", grain_rows), ("mosaic", mosaic_rows), ("petastorm", petastorm_rows)]:
@@ -88,7 +93,7 @@ def main():
             times, rows = [], 0
             for _ in range(rounds):
                 start = time.perf_counter()
-                rows = fn(source, width)
+                rows = fn(source, width, max_rows)
                 times.append(time.perf_counter() - start)
             t = statistics.median(times)
             report[name] = {"rows_read": rows, "seconds": round(t, 3), "rows_per_s": round(rows / t),

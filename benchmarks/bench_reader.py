@@ -117,7 +117,8 @@ def main():
         entry["state_bytes"] = restores[0][2]
         if args.peers_python:
             script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_peers.py")
-            result = subprocess.run([args.peers_python, script, directory, str(width), str(args.rounds)],
+            # Peers read at most 200k rows (rates, not totals: some are very slow here).
+            result = subprocess.run([args.peers_python, script, directory, str(width), str(args.rounds), "200000"],
                                     capture_output=True, text=True)
             peers = json.loads(result.stdout.strip().splitlines()[-1]) if result.returncode == 0 else {
                 "error": result.stderr[-500:]}

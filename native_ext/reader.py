@@ -29,9 +29,8 @@ import numpy as np
 import pyarrow.fs as pafs
 
 from shardmill.native_ext._native import NativeError, NativeReader
+from shardmill.transforms.output_contract import FORMAT_VERSION, MANIFEST_NAME
 
-MANIFEST_NAME = "manifest.json"
-FORMAT_VERSION = 1
 STATE_VERSION = 1
 
 

@@ -146,9 +146,10 @@ def _add_inspect_parser(subparsers) -> None:
 
 
 def _inspect(args, beam_args) -> int:
-    from shardmill.transforms.manifest import read_manifest, render_summary
+    from shardmill.native_ext import load_manifest  # checks every shard against the manifest too
+    from shardmill.transforms.manifest import render_summary
 
-    manifest = read_manifest(args.output_dir)
+    manifest = load_manifest(args.output_dir)
     if args.json:
         print(json.dumps(manifest["stats"], indent=1))
     else:

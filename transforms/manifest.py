@@ -13,9 +13,7 @@ import json
 
 from shardmill.transforms.atomic_io import write_bytes_atomically
 
-MANIFEST_NAME = "manifest.json"
-ERRORS_NAME = "errors.jsonl"
-FORMAT_VERSION = 1
+from shardmill.transforms.output_contract import ERRORS_NAME, FORMAT_VERSION, MANIFEST_NAME  # noqa: F401
 
 
 def accounting(plan_stats: dict, load_stats: list[dict], dead_letters: list[dict], shards: list[dict]) -> dict:
@@ -109,23 +107,3 @@ def render_summary(manifest: dict) -> str:
         lines.append(f"time {timings['seconds']:.1f} s")
     return "\n".join(lines)
 
-
-class ManifestError(ValueError):
-    """A missing, unreadable or inconsistent manifest."""
-
-
-def read_manifest(output_dir: str) -> dict:
-    """The manifest of a finished output directory; refuses a directory without one."""
-    from apache_beam.io.filesystems import FileSystems
-
-    path = f"{output_dir.rstrip('/')}/{MANIFEST_NAME}"
-    if not FileSystems.exists(path):
-        raise ManifestError(f"{output_dir!r} has no {MANIFEST_NAME}: not a finished shardmill output")
-    with FileSystems.open(path) as f:
-        try:
-            manifest = json.loads(f.read())
-        except ValueError as err:
-            raise ManifestError(f"{path}: not valid JSON ({err})") from None
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise ManifestError(f"{path}: format_version {manifest.get('format_version')!r}, expected {FORMAT_VERSION}")
-    return manifest
