@@ -22,7 +22,9 @@ class ShardHandle {
     std::string internal_path;
     ARROW_ASSIGN_OR_RAISE(auto fs, arrow::fs::FileSystemFromUriOrPath(shard.path, &internal_path));
     ARROW_ASSIGN_OR_RAISE(auto input, fs->OpenInputFile(internal_path));
-    ARROW_ASSIGN_OR_RAISE(handle->reader_, parquet::arrow::OpenFile(input, arrow::default_memory_pool()));
+    // The system allocator keeps freed decode buffers for reuse; the default pool hands
+    // them back to the OS, so every row group paid for freshly zeroed pages.
+    ARROW_ASSIGN_OR_RAISE(handle->reader_, parquet::arrow::OpenFile(input, arrow::system_memory_pool()));
     auto metadata = handle->reader_->parquet_reader()->metadata();
     if (metadata->num_row_groups() != static_cast<int>(shard.row_group_rows.size())) {
       return arrow::Status::Invalid("has ", metadata->num_row_groups(), " row groups, the manifest says ",
@@ -338,10 +340,24 @@ arrow::Status ShardReader::FillNext(const BatchPlan& plan, const std::vector<uin
       ARROW_RETURN_NOT_OK(slot->status);
     }
     // The window is fully decoded and immutable: copy without the lock.
+    // Rows are scattered over the whole window (tens of MB), so each copy is
+    // a cache miss; locating the run first and prefetching kPrefetchAhead
+    // rows ahead keeps many misses in flight (measured: several times faster
+    // for 100-byte rows).
     const int64_t run = std::min(plan.rows - done, slot->layout.end() - target);
     const auto& groups = slot->layout.row_groups();
+    locations_.resize(static_cast<size_t>(run));
+    for (int64_t j = 0; j < run; ++j) locations_[j] = slot->layout.Locate(target + j);
+    constexpr int64_t kPrefetchAhead = 16;
     for (int64_t j = 0; j < run; ++j) {
-      RowLocation loc = slot->layout.Locate(target + j);
+      if (j + kPrefetchAhead < run) {
+        const RowLocation& ahead = locations_[j + kPrefetchAhead];
+        const auto& group = slot->groups[ahead.row_group];
+        for (size_t c = 0; c < columns_.size(); ++c) {
+          __builtin_prefetch(group->column_data[c] + ahead.row * columns_[c].row_bytes);
+        }
+      }
+      const RowLocation& loc = locations_[j];
       const auto& group = slot->groups[loc.row_group];
       for (size_t c = 0; c < columns_.size(); ++c) {
         const int64_t width = columns_[c].row_bytes;

@@ -120,6 +120,8 @@ class ShardReader {
   std::shared_ptr<const EpochOrder> order_cache_;
   bool stopping_ = false;
   std::vector<std::thread> threads_;
+
+  std::vector<RowLocation> locations_;  // consumer scratch: the rows of the current run
 };
 
 }  // namespace shardmill
