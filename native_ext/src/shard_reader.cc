@@ -22,9 +22,7 @@ class ShardHandle {
     std::string internal_path;
     ARROW_ASSIGN_OR_RAISE(auto fs, arrow::fs::FileSystemFromUriOrPath(shard.path, &internal_path));
     ARROW_ASSIGN_OR_RAISE(auto input, fs->OpenInputFile(internal_path));
-    // The system allocator keeps freed decode buffers for reuse; the default pool hands
-    // them back to the OS, so every row group paid for freshly zeroed pages.
-    ARROW_ASSIGN_OR_RAISE(handle->reader_, parquet::arrow::OpenFile(input, arrow::system_memory_pool()));
+    ARROW_ASSIGN_OR_RAISE(handle->reader_, parquet::arrow::OpenFile(input, arrow::default_memory_pool()));
     auto metadata = handle->reader_->parquet_reader()->metadata();
     if (metadata->num_row_groups() != static_cast<int>(shard.row_group_rows.size())) {
       return arrow::Status::Invalid("has ", metadata->num_row_groups(), " row groups, the manifest says ",
