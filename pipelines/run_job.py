@@ -29,7 +29,7 @@ from shardmill.pipelines.inputs import expand_inputs
 from shardmill.pipelines.runner import local_runner, make_pipeline
 from shardmill.transforms import manifest as manifest_lib
 from shardmill.transforms.chunk_loading import load_task
-from shardmill.transforms.index_transforms import ERRORS, SOURCE_STATS
+from shardmill.transforms.index_transforms import ERRORS
 from shardmill.transforms.job_plan import OutputParams, make_plan
 from shardmill.transforms.keyed_hash import fingerprint
 from shardmill.transforms.spill import delete_spills, read_spilled, spill_dir, write_spill
@@ -198,7 +198,6 @@ def build_job(p: beam.Pipeline, config: JobConfig, patterns: list[str], output_d
             started_at,
         )
     )
-    _ = indexed[SOURCE_STATS]  # counted by `shardmill count`; not needed here
 
 
 def run_job(config: JobConfig, patterns: list[str], output_dir: str, options: PipelineOptions) -> dict:

@@ -10,6 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardmill.native_ext import OutputError, ShardReader, _native
+from shardmill.native_ext.reader import frames_as
+from shardmill.transforms.lc0_format import V6_DTYPE
 from shardmill.transforms import keyed_hash
 from tests.datagen.shards import frame_bytes, write_output
 
@@ -165,6 +167,8 @@ def test_reads_a_shardmill_run_output(lc0_dataset, tmp_path):
     want = np.frombuffer(expected["frame"].combine_chunks().buffers()[1], np.uint8).reshape(-1, 8356)
     assert (frames == want[index]).all()
     assert (np.concatenate([b["chunk"] for b in batches]) == expected["chunk"].to_numpy()[index]).all()
+    records = frames_as(batches[0], V6_DTYPE)  # the frames viewed as lc0 V6 structs
+    assert (records["version"] == 6).all() and records.shape == (len(batches[0]["frame"]),)
 
 
 # ---- errors ---------------------------------------------------------------------

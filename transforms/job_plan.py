@@ -50,10 +50,6 @@ class ReadTask:
     params: SamplingParams
     num_shards: int
 
-    @property
-    def planned_records(self) -> int:
-        return int(pc.sum(self.chunks["planned_records"]).as_py() or 0)
-
 
 @dataclasses.dataclass
 class Plan:
