@@ -1,0 +1,128 @@
+"""Event-log sources for label sampling (issue 5): Parquet, CSV/TSV, JSON lines.
+
+`read_events(path, ...)` reads one partition (a whole file) into an Arrow
+table with every input column, plus the boolean target mask, and returns
+malformed rows as dead letters naming the file and line (CSV/JSON, 1-based,
+header included) or row (Parquet). A file that can't be read at all, or has
+no label column, is one dead letter; the run continues.
+
+CSV columns are type-inferred; when inference meets a value it can't convert
+later in the file, the file is re-read with every column as a string (so no
+row is dropped for it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
+
+from shardmill.transforms.chunk_index import DeadLetter
+
+FORMATS = ("parquet", "csv", "tsv", "jsonl")
+
+
+@dataclasses.dataclass
+class EventPartition:
+    path: str
+    table: pa.Table  # every input column, rows in file order (bad rows left out)
+    is_target: pa.Array  # bool per row of table
+    dead_letters: list[DeadLetter]
+
+
+def format_of(path: str) -> str:
+    name = path.lower()
+    for suffix, fmt in ((".parquet", "parquet"), (".csv", "csv"), (".tsv", "tsv"), (".jsonl", "jsonl"),
+                        (".json", "jsonl"), (".ndjson", "jsonl")):
+        if name.endswith(suffix):
+            return fmt
+    raise ValueError(f"{path}: unknown event file type (expected .parquet, .csv, .tsv, .jsonl)")
+
+
+def _read_csv(path, data: bytes, delimiter: str, header: bool, dead: list[DeadLetter]) -> pa.Table:
+    def on_invalid(row):
+        line = row.number if row.number is not None and row.number >= 0 else -1
+        dead.append(DeadLetter(path, "read", "malformed_row",
+                               f"line {line}: {row.actual_columns} fields, expected {row.expected_columns}",
+                               member=f"line {line}"))
+        return "skip"
+
+    # Single-threaded parsing is what lets Arrow report the line number of a bad row.
+    read = pacsv.ReadOptions(autogenerate_column_names=not header, use_threads=False)
+    parse = pacsv.ParseOptions(delimiter=delimiter, invalid_row_handler=on_invalid)
+    try:
+        return pacsv.read_csv(io.BytesIO(data), read_options=read, parse_options=parse)
+    except pa.ArrowInvalid as err:
+        if "CSV conversion error" not in str(err):
+            raise
+    del dead[:]  # re-read: the handler runs again
+    first = pacsv.open_csv(io.BytesIO(data), read_options=read, parse_options=pacsv.ParseOptions(
+        delimiter=delimiter, invalid_row_handler=lambda row: "skip"))
+    names = first.schema.names
+    convert = pacsv.ConvertOptions(column_types={n: pa.string() for n in names})
+    return pacsv.read_csv(io.BytesIO(data), read_options=read, parse_options=parse, convert_options=convert)
+
+
+def _read_jsonl(path, data: bytes, dead: list[DeadLetter]) -> pa.Table:
+    try:
+        return pajson.read_json(io.BytesIO(data))
+    except pa.ArrowInvalid:
+        pass  # find the bad lines one by one
+    rows = []
+    for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError as err:
+            dead.append(DeadLetter(path, "read", "malformed_row", f"line {number}: {err}", member=f"line {number}"))
+            continue
+        if not isinstance(value, dict):
+            dead.append(DeadLetter(path, "read", "malformed_row", f"line {number}: not a JSON object",
+                                   member=f"line {number}"))
+            continue
+        rows.append(value)
+    return pa.Table.from_pylist(rows)
+
+
+def read_events(path: str, label_column: str, target_values: list[str], opener=None) -> EventPartition:
+    """One event file as a partition; never raises for bad data (it becomes dead letters)."""
+    from shardmill.transforms.chunk_index import default_opener
+
+    dead: list[DeadLetter] = []
+    empty = EventPartition(path, pa.table({}), pa.array([], pa.bool_()), dead)
+    try:
+        fmt = format_of(path)
+        with (opener or default_opener)(path) as f:
+            data = f.read()
+        if fmt == "parquet":
+            table = pq.read_table(io.BytesIO(data))
+        elif fmt == "jsonl":
+            table = _read_jsonl(path, data, dead)
+        else:
+            table = _read_csv(path, data, "," if fmt == "csv" else "\t", header=True, dead=dead)
+    except (OSError, ValueError, pa.ArrowException) as err:
+        dead.append(DeadLetter(path, "read", "unreadable", str(err)))
+        return empty
+    if label_column not in table.column_names:
+        dead.append(DeadLetter(path, "read", "missing_label_column",
+                               f"no column {label_column!r} (columns: {', '.join(table.column_names)})"))
+        return empty
+    labels = table[label_column]
+    missing = pc.is_null(labels)
+    if pc.any(missing).as_py():
+        for row in pc.indices_nonzero(missing).to_pylist():
+            dead.append(DeadLetter(path, "read", "malformed_row", f"row {row}: {label_column} is null",
+                                   member=f"row {row}"))
+        table = table.filter(pc.invert(missing))
+        labels = table[label_column]
+    is_target = pc.is_in(pc.cast(labels, pa.string()), value_set=pa.array([str(v) for v in target_values]))
+    if isinstance(is_target, pa.ChunkedArray):
+        is_target = is_target.combine_chunks()
+    return EventPartition(path, table, is_target, dead)
