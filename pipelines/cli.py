@@ -27,7 +27,7 @@ logging.getLogger().addFilter(_drop_beam_optional_dependency_noise)
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 
 from shardmill.pipelines import config as config_lib  # noqa: E402
-from shardmill.pipelines.inputs import InputError, expand_inputs  # noqa: E402
+from shardmill.pipelines.inputs import EVENT_SUFFIXES, InputError, expand_inputs  # noqa: E402
 
 MAX_ERRORS_SHOWN = 20
 
@@ -122,7 +122,8 @@ def _run(args, beam_args) -> int:
 
         print(dry_run(config, PipelineOptions(beam_args)))
         return 0
-    patterns = expand_inputs(list(config.input))
+    is_label_job = config.HasField("label_sampling")
+    patterns = expand_inputs(list(config.input), EVENT_SUFFIXES) if is_label_job else expand_inputs(list(config.input))
 
     from shardmill.pipelines.run_job import run_job  # Beam graph code, imported on use
     from shardmill.transforms.manifest import render_summary
@@ -153,8 +154,8 @@ def _inspect(args, beam_args) -> int:
     if args.json:
         print(json.dumps(manifest["stats"], indent=1))
     else:
-        print(f"{args.output_dir}: {manifest['num_shards']} shard(s), lc0 V{manifest['record_version']}, "
-              f"seed {manifest['seed']}")
+        kind = f"lc0 V{manifest['record_version']}" if "record_version" in manifest else manifest["record_format"]
+        print(f"{args.output_dir}: {manifest['num_shards']} shard(s), {kind}, seed {manifest['seed']}")
         print(render_summary(manifest))
     if args.plot:
         from shardmill.pipelines.plots import plot_sampling

@@ -80,7 +80,22 @@ def validate(config: JobConfig, require_input: bool = True) -> JobConfig:
     fraction = config.max_error_fraction
     if not (math.isfinite(fraction) and 0 <= fraction <= 1):
         raise ConfigError(f"max_error_fraction: must be in [0, 1], got {fraction}")
+    if config.HasField("label_sampling"):
+        labels = config.label_sampling
+        if not labels.label_column:
+            raise ConfigError("label_sampling.label_column: required")
+        if not (math.isfinite(labels.ratio) and labels.ratio > 0):
+            raise ConfigError(f"label_sampling.ratio: must be a finite number > 0, got {labels.ratio}")
     return config
+
+
+LABEL_MODE_NAMES = {
+    config_pb2.LABEL_SAMPLING_MODE_UNSPECIFIED: "ADAPTIVE",
+    config_pb2.ITERATIVE: "ITERATIVE",
+    config_pb2.ADAPTIVE: "ADAPTIVE",
+    config_pb2.EXACT: "EXACT",
+    config_pb2.TWO_PASS: "TWO_PASS",
+}
 
 
 def sampling_params(config: JobConfig):

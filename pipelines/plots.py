@@ -12,6 +12,8 @@ def plot_sampling(manifest: dict, path: str) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise ValueError("--plot needs matplotlib: pip install 'shardmill[plot]'") from None
+    if "sampling" not in manifest["stats"]:
+        raise ValueError("--plot draws lc0 chunk-sampling charts; this output has none")
     sampling = manifest["stats"]["sampling"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     hist = sampling["use_count_histogram"]

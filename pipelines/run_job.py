@@ -201,10 +201,15 @@ def build_job(p: beam.Pipeline, config: JobConfig, patterns: list[str], output_d
 
 
 def run_job(config: JobConfig, patterns: list[str], output_dir: str, options: PipelineOptions) -> dict:
-    """Runs the job to completion and returns the manifest it committed."""
+    """Runs the job (lc0, or label sampling when configured) and returns the manifest it committed."""
     prepare_output(output_dir, config.output.overwrite)
     with make_pipeline(options) as p:
-        build_job(p, config, patterns, output_dir)
+        if config.HasField("label_sampling"):
+            from shardmill.pipelines.label_job import build_label_job
+
+            build_label_job(p, config, patterns, output_dir)
+        else:
+            build_job(p, config, patterns, output_dir)
     with FileSystems.open(f"{output_dir.rstrip('/')}/{manifest_lib.MANIFEST_NAME}") as f:
         return json.loads(f.read())
 

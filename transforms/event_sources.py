@@ -45,7 +45,8 @@ def format_of(path: str) -> str:
     raise ValueError(f"{path}: unknown event file type (expected .parquet, .csv, .tsv, .jsonl)")
 
 
-def _read_csv(path, data: bytes, delimiter: str, header: bool, dead: list[DeadLetter]) -> pa.Table:
+def _read_csv(path, data: bytes, delimiter: str, header: bool, dead: list[DeadLetter],
+              columns: list[str] | None = None) -> pa.Table:
     def on_invalid(row):
         line = row.number if row.number is not None and row.number >= 0 else -1
         dead.append(DeadLetter(path, "read", "malformed_row",
@@ -56,8 +57,9 @@ def _read_csv(path, data: bytes, delimiter: str, header: bool, dead: list[DeadLe
     # Single-threaded parsing is what lets Arrow report the line number of a bad row.
     read = pacsv.ReadOptions(autogenerate_column_names=not header, use_threads=False)
     parse = pacsv.ParseOptions(delimiter=delimiter, invalid_row_handler=on_invalid)
+    only = pacsv.ConvertOptions(include_columns=columns) if columns else None
     try:
-        return pacsv.read_csv(io.BytesIO(data), read_options=read, parse_options=parse)
+        return pacsv.read_csv(io.BytesIO(data), read_options=read, parse_options=parse, convert_options=only)
     except pa.ArrowInvalid as err:
         if "CSV conversion error" not in str(err):
             raise
@@ -65,7 +67,7 @@ def _read_csv(path, data: bytes, delimiter: str, header: bool, dead: list[DeadLe
     first = pacsv.open_csv(io.BytesIO(data), read_options=read, parse_options=pacsv.ParseOptions(
         delimiter=delimiter, invalid_row_handler=lambda row: "skip"))
     names = first.schema.names
-    convert = pacsv.ConvertOptions(column_types={n: pa.string() for n in names})
+    convert = pacsv.ConvertOptions(column_types={n: pa.string() for n in names}, include_columns=columns)
     return pacsv.read_csv(io.BytesIO(data), read_options=read, parse_options=parse, convert_options=convert)
 
 
@@ -91,8 +93,13 @@ def _read_jsonl(path, data: bytes, dead: list[DeadLetter]) -> pa.Table:
     return pa.Table.from_pylist(rows)
 
 
-def read_events(path: str, label_column: str, target_values: list[str], opener=None) -> EventPartition:
-    """One event file as a partition; never raises for bad data (it becomes dead letters)."""
+def read_events(path: str, label_column: str, target_values: list[str], opener=None,
+                labels_only: bool = False) -> EventPartition:
+    """One event file as a partition; never raises for bad data (it becomes dead letters).
+
+    labels_only: materialise only the label column (Parquet reads just that
+    column; CSV still tokenizes every line; JSON lines parses everything).
+    """
     from shardmill.transforms.chunk_index import default_opener
 
     dead: list[DeadLetter] = []
@@ -101,12 +108,15 @@ def read_events(path: str, label_column: str, target_values: list[str], opener=N
         fmt = format_of(path)
         with (opener or default_opener)(path) as f:
             data = f.read()
+        columns = [label_column] if labels_only else None
         if fmt == "parquet":
-            table = pq.read_table(io.BytesIO(data))
+            if columns and label_column not in pq.read_schema(io.BytesIO(data)).names:
+                columns = None  # let the missing-column check below report it
+            table = pq.read_table(io.BytesIO(data), columns=columns)
         elif fmt == "jsonl":
             table = _read_jsonl(path, data, dead)
         else:
-            table = _read_csv(path, data, "," if fmt == "csv" else "\t", header=True, dead=dead)
+            table = _read_csv(path, data, "," if fmt == "csv" else "\t", header=True, dead=dead, columns=columns)
     except (OSError, ValueError, pa.ArrowException) as err:
         dead.append(DeadLetter(path, "read", "unreadable", str(err)))
         return empty

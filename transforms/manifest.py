@@ -16,6 +16,10 @@ from shardmill.transforms.atomic_io import write_bytes_atomically
 from shardmill.transforms.output_contract import ERRORS_NAME, FORMAT_VERSION, MANIFEST_NAME  # noqa: F401
 
 
+def count_reasons(dead_letters: list[dict]) -> dict:
+    return dict(sorted(collections.Counter(d["reason"] for d in dead_letters).items()))
+
+
 def accounting(plan_stats: dict, load_stats: list[dict], dead_letters: list[dict], shards: list[dict]) -> dict:
     """The plan's accounting completed with what loading and writing did, plus the balance checks."""
     acc = dict(plan_stats["accounting"])
@@ -28,7 +32,7 @@ def accounting(plan_stats: dict, load_stats: list[dict], dead_letters: list[dict
     acc["index_chunk_errors"] = chunk_errors["index"]
     acc["source_errors"] = sum(1 for d in dead_letters if d["chunk"] < 0)
     acc["errors_by_stage"] = dict(sorted(by_stage.items()))
-    acc["errors_by_reason"] = dict(sorted(collections.Counter(d["reason"] for d in dead_letters).items()))
+    acc["errors_by_reason"] = count_reasons(dead_letters)
     acc["balanced"] = (
         acc["chunks_indexed"]
         == acc["chunks_rejected_by_plan"] + acc["chunks_outside_window"] + acc["chunks_never_accepted"]
@@ -83,8 +87,28 @@ def commit(output_dir: str, manifest: dict, dead_letters: list[dict]) -> None:
     write_bytes_atomically(f"{base}/{MANIFEST_NAME}", json.dumps(manifest, indent=1, sort_keys=True).encode())
 
 
+def render_label_summary(manifest: dict) -> str:
+    stats = manifest["stats"]["label_sampling"]
+    acc = manifest["stats"]["accounting"]
+    achieved = "n/a" if stats["achieved_ratio"] is None else f"{stats['achieved_ratio']:.4f}"
+    lines = [
+        f"label sampling {stats['mode']}: ratio requested {stats['requested_ratio']:g}, achieved {achieved}",
+        f"records in  {acc['records_read']:>14,}   ({acc['partitions']} partition(s))",
+        f"targets     {stats['targets']:>14,}   all kept",
+        f"non-targets {stats['non_targets_in']:>14,}   kept {stats['non_targets_out']:,} "
+        f"(exact count would be {stats['exact_target_count']:,})",
+        f"records out {acc['records_written']:>14,}   in {manifest['num_shards']} shard(s)",
+        f"errors {sum(acc['errors_by_reason'].values()):,}" + ("" if not acc["errors_by_reason"] else ": " + ", ".join(
+            f"{k} {v}" for k, v in acc["errors_by_reason"].items())),
+        f"time {manifest['stats']['timings']['seconds']:.1f} s",
+    ]
+    return "\n".join(lines)
+
+
 def render_summary(manifest: dict) -> str:
     """The short report printed after a run and by `shardmill inspect`."""
+    if manifest.get("record_format") == "events":
+        return render_label_summary(manifest)
     acc = manifest["stats"]["accounting"]
     sampling = manifest["stats"]["sampling"]
     timings = manifest["stats"].get("timings", {})

@@ -44,27 +44,12 @@ def shard_table(batches: list[pa.RecordBatch], record_size: int) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=output_schema(record_size))
 
 
-def write_shard(
-    output_dir: str,
-    shard: int,
-    num_shards: int,
-    batches: list[pa.RecordBatch],
-    record_size: int,
-    row_group_rows: int,
-    zstd_level: int = 1,
-) -> dict:
-    """Writes one shard atomically; returns its manifest entry."""
-    table = shard_table(batches, record_size)
+def write_table_shard(output_dir: str, shard: int, num_shards: int, table: pa.Table, row_group_rows: int,
+                      zstd_level: int = 1, **parquet_options) -> dict:
+    """Writes a finished shard table as Parquet atomically; returns its manifest entry."""
     sink = io.BytesIO()
-    pq.write_table(
-        table,
-        sink,
-        row_group_size=max(1, row_group_rows),
-        compression="zstd",
-        compression_level=zstd_level,
-        use_dictionary=["source"],
-        write_statistics=["source", "chunk", "use_count", "position"],
-    )
+    pq.write_table(table, sink, row_group_size=max(1, row_group_rows), compression="zstd",
+                   compression_level=zstd_level, **parquet_options)
     data = sink.getvalue()
     name = shard_name(shard, num_shards)
     write_bytes_atomically(f"{output_dir.rstrip('/')}/{name}", data)
@@ -77,3 +62,32 @@ def write_shard(
         "bytes": len(data),
         "sha256": hashlib.sha256(data).hexdigest(),
     }
+
+
+def write_shard(
+    output_dir: str,
+    shard: int,
+    num_shards: int,
+    batches: list[pa.RecordBatch],
+    record_size: int,
+    row_group_rows: int,
+    zstd_level: int = 1,
+) -> dict:
+    """Writes one lc0 shard atomically; returns its manifest entry."""
+    return write_table_shard(
+        output_dir, shard, num_shards, shard_table(batches, record_size), row_group_rows, zstd_level,
+        use_dictionary=["source"], write_statistics=["source", "chunk", "use_count", "position"],
+    )
+
+
+def event_shard_table(batches: list[pa.RecordBatch], identity_columns: list[str]) -> pa.Table:
+    """An event shard's rows sorted by order key (ties by identity), order key dropped.
+
+    Partitions may infer different column types (CSV); they are unified permissively.
+    """
+    tables = [pa.Table.from_batches([b]) for b in batches]
+    table = pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({})
+    if table.num_rows == 0:
+        return table.drop_columns(["order_key"]) if "order_key" in table.column_names else table
+    order = pc.sort_indices(table, sort_keys=[(c, "ascending") for c in ["order_key", *identity_columns]])
+    return table.take(order).drop_columns(["order_key"])
