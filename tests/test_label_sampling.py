@@ -18,6 +18,7 @@ from shardmill.transforms.label_sampling import (
     reservoir_sample,
     sample_partition,
 )
+from tests import reference_label_sampling as reference
 from tests.stats import chi_square_test
 
 ALPHA = 1e-3
@@ -32,6 +33,22 @@ def test_scalar_hash_equals_the_vectorised_generator():
     for _ in range(100):
         words = [int(x) for x in rng.integers(0, 2**63, 4)]
         assert keyed_hash.hash_int(*words) == int(keyed_hash.hash_words(*words))
+
+
+def test_native_kernel_matches_the_python_reference_bit_for_bit():
+    rng = np.random.default_rng(2)
+    for trial in range(30):
+        is_target = rng.random(int(rng.integers(1, 4000))) < rng.choice([0.003, 0.05, 0.3])
+        for ratio in (1, 2.5, 10):
+            for mode in ("ITERATIVE", "ADAPTIVE"):
+                got = sample_partition(is_target, ratio, mode, seed=trial, partition_key=99)
+                emitted, sizes, non_out, draws = reference.sample_partition(is_target, ratio, mode, trial, 99)
+                assert got.emitted.tolist() == emitted.tolist()
+                assert (got.reservoir_sizes, got.non_targets_out, got.draws) == (sizes, non_out, draws)
+    for m, k in [(1, 1), (10, 3), (100_000, 7)]:
+        chosen, draws = reservoir_sample(m, k, 5, 6, 7)
+        want, want_draws = reference.reservoir_sample(m, k, 5, 6, 7)
+        assert chosen.tolist() == want.tolist() and draws == want_draws
 
 
 # ---- semantics ----------------------------------------------------------------

@@ -5,6 +5,7 @@
 
 #include "feistel.h"
 #include "keyed_hash.h"
+#include "label_sampling.h"
 #include "self_check.h"
 #include "shard_reader.h"
 #include "status.h"
@@ -132,6 +133,36 @@ PYBIND11_MODULE(_native, m) {
         return out;
       },
       py::arg("n"), py::arg("key"), "The images of 0..n-1 under the reader's Feistel permutation.");
+
+  m.def(
+      "sample_labels",
+      [](py::array_t<uint8_t, py::array::c_style | py::array::forcecast> is_target, double ratio, bool adaptive,
+         uint64_t seed, uint64_t partition_key) {
+        const uint8_t* data = is_target.data();
+        const int64_t n = is_target.size();
+        shardmill::LabelSample sample;
+        {
+          py::gil_scoped_release release;
+          sample = shardmill::SampleLabels(data, n, ratio, adaptive, seed, partition_key);
+        }
+        py::array_t<int64_t> emitted(static_cast<py::ssize_t>(sample.emitted.size()));
+        std::copy(sample.emitted.begin(), sample.emitted.end(), emitted.mutable_data());
+        return py::make_tuple(emitted, sample.reservoir_sizes, sample.non_targets_out, sample.draws);
+      },
+      py::arg("is_target"), py::arg("ratio"), py::arg("adaptive"), py::arg("seed"), py::arg("partition_key"),
+      "ITERATIVE/ADAPTIVE label sampling of one partition: (emitted, reservoir_sizes, non_targets_out, draws).");
+
+  m.def(
+      "reservoir_sample",
+      [](int64_t m_items, int64_t k, uint64_t seed, uint64_t partition_key, uint64_t gap) {
+        std::vector<int64_t> out;
+        int64_t draws = shardmill::ReservoirSample(m_items, k, seed, partition_key, gap, &out);
+        py::array_t<int64_t> chosen(static_cast<py::ssize_t>(out.size()));
+        std::copy(out.begin(), out.end(), chosen.mutable_data());
+        return py::make_tuple(chosen, draws);
+      },
+      py::arg("m"), py::arg("k"), py::arg("seed"), py::arg("partition_key"), py::arg("gap"),
+      "Algorithm L over one gap: (ascending chosen offsets, number of draws).");
 
   py::class_<ShardReader>(m, "NativeReader")
       .def(py::init(&MakeReader), py::arg("shards"), py::arg("columns"), py::arg("batch_size"),
