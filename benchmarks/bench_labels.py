@@ -1,0 +1,116 @@
+"""Label sampling modes vs the two-pass baseline, side by side on the same generated logs.
+
+Writes 10^7 events (default) as Parquet partitions in four patterns: even
+click spacing, bursty clicks, long click-free stretches, and skewed
+partitions (very different sizes and click densities). Then, interleaved
+over rounds in one process, runs `shardmill run` (in-process runner) with
+ITERATIVE, ADAPTIVE, EXACT and the TWO_PASS baseline, and reports per mode
+the median time, events/s, speed vs TWO_PASS, and the achieved ratio's error
+overall and per partition (mean absolute). Prints one JSON object.
+
+    python benchmarks/bench_labels.py [--events 10000000 --ratio 10 --rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
+
+from shardmill.pipelines.config import parse_config, validate  # noqa: E402
+from shardmill.pipelines.inputs import EVENT_SUFFIXES, expand_inputs  # noqa: E402
+from shardmill.pipelines.run_job import run_job  # noqa: E402
+
+MODES = ["ITERATIVE", "ADAPTIVE", "EXACT", "TWO_PASS"]
+
+
+def clicks(pattern: str, n: int, rng) -> np.ndarray:
+    if pattern == "even":  # one click every ~100 events, evenly spaced
+        c = np.zeros(n, dtype=np.int8)
+        c[::100] = 1
+        return c
+    if pattern == "bursty":  # bursts of 2-8 clicks 1-3 events apart, then 100-400 quiet events
+        gaps = np.where(rng.random(n // 20) < 0.8, rng.integers(1, 4, n // 20), rng.integers(100, 401, n // 20))
+        pos = np.cumsum(gaps)
+        c = np.zeros(n, dtype=np.int8)
+        c[pos[pos < n]] = 1
+        return c
+    if pattern == "long_quiet":  # 1 % clicks, but with click-free stretches of 20k events
+        c = (rng.random(n) < 0.01).astype(np.int8)
+        for start in range(0, n, 50_000):
+            c[start : start + 20_000] = 0
+        return c
+    raise ValueError(pattern)
+
+
+def write_logs(directory: str, events: int, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    quarter = events // 4
+    parts = []
+    for pattern in ("even", "bursty", "long_quiet"):
+        parts += [(f"{pattern}-{i}", clicks(pattern, quarter // 4, rng)) for i in range(4)]
+    sizes = np.array([0.04, 0.16, 0.3, 0.5]) * quarter  # skewed sizes and densities
+    for i, (size, density) in enumerate(zip(sizes.astype(int), [0.2, 0.05, 0.01, 0.002])):
+        parts.append((f"skewed-{i}", (rng.random(size) < density).astype(np.int8)))
+    os.makedirs(directory, exist_ok=True)
+    for name, label in parts:
+        n = len(label)
+        pq.write_table(pa.table({"id": np.arange(n, dtype=np.int64), "user": rng.integers(0, 10**6, n, dtype=np.int32),
+                                 "feature": rng.random(n, dtype=np.float32), "clicked": label}),
+                       os.path.join(directory, f"{name}.parquet"), row_group_size=1 << 20)
+
+
+def run_mode(data_dir: str, out_dir: str, mode: str, ratio: float) -> tuple[float, dict]:
+    config = validate(parse_config(
+        f'input: "{data_dir}"\nseed: 1\noutput {{ num_shards: 8 overwrite: true }}\nmax_error_fraction: 1\n'
+        f'label_sampling {{ label_column: "clicked" ratio: {ratio} mode: {mode} }}'))
+    start = time.perf_counter()
+    manifest = run_job(config, expand_inputs([data_dir], EVENT_SUFFIXES), out_dir, PipelineOptions([]))
+    return time.perf_counter() - start, manifest["stats"]["label_sampling"]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--events", type=int, default=10_000_000)
+    parser.add_argument("--ratio", type=float, default=10)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="bench-labels-")
+    data_dir = os.path.join(work, "logs")
+    write_logs(data_dir, args.events)
+    times = {m: [] for m in MODES}
+    stats = {}
+    for _ in range(args.rounds):
+        for mode in MODES:
+            seconds, stats[mode] = run_mode(data_dir, os.path.join(work, "out"), mode, args.ratio)
+            times[mode].append(seconds)
+    events = stats["EXACT"]["targets"] + stats["EXACT"]["non_targets_in"]
+    base = statistics.median(times["TWO_PASS"])
+    report = {"events": events, "targets": stats["EXACT"]["targets"], "ratio": args.ratio, "modes": {}}
+    for mode in MODES:
+        t = statistics.median(times[mode])
+        per_partition = [abs(p["ratio"] - args.ratio) for p in stats[mode]["partitions"] if p["ratio"] is not None]
+        report["modes"][mode] = {
+            "seconds": round(t, 2), "events_per_s": round(events / t), "speed_vs_two_pass": round(base / t, 2),
+            "non_targets_out": stats[mode]["non_targets_out"], "exact_count": stats[mode]["exact_target_count"],
+            "achieved_ratio": round(stats[mode]["achieved_ratio"], 4),
+            "ratio_error": round(stats[mode]["ratio_error"], 4),
+            "mean_abs_partition_error": round(float(np.mean(per_partition)), 3),
+        }
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
