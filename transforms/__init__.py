@@ -1,5 +1,8 @@
 """Beam PTransforms of shardmill and the plain numpy/pyarrow kernels under them.
 
-Kernel modules (no Beam import): lc0_format, gzip_chunks, chunk_index.
-Transform modules: index_transforms.
+Kernels (no Beam pipeline code): lc0_format, gzip_chunks, chunk_index,
+index_summary, keyed_hash, chunk_sampling, job_plan, chunk_loading,
+shard_writer, manifest, spill, output_contract, label_sampling,
+event_sources, label_partition. Transforms: index_transforms. I/O helper:
+atomic_io (Beam FileSystems).
 """
