@@ -86,6 +86,8 @@ def validate(config: JobConfig, require_input: bool = True) -> JobConfig:
             raise ConfigError("label_sampling.label_column: required")
         if not (math.isfinite(labels.ratio) and labels.ratio > 0):
             raise ConfigError(f"label_sampling.ratio: must be a finite number > 0, got {labels.ratio}")
+        if labels.max_partition_bytes < 1:
+            raise ConfigError("label_sampling.max_partition_bytes: must be >= 1")
     return config
 
 

@@ -21,7 +21,7 @@ from google.protobuf import text_format
 
 from shardmill.pipelines.config import LABEL_MODE_NAMES, JobConfig
 from shardmill.transforms import manifest as manifest_lib
-from shardmill.transforms.event_sources import read_events
+from shardmill.transforms.event_sources import EventRange, read_events, split_file
 from shardmill.transforms.keyed_hash import fingerprint
 from shardmill.transforms.label_partition import (
     IDENTITY_COLUMNS,
@@ -49,24 +49,25 @@ class LabelSpec:
     ratio: float
     mode: str
     seed: int
+    max_partition_bytes: int
 
     @classmethod
     def of(cls, config: JobConfig) -> "LabelSpec":
         labels = config.label_sampling
         return cls(labels.label_column, tuple(labels.target_values) or ("1",), labels.ratio,
-                   LABEL_MODE_NAMES[labels.mode], config.seed)
+                   LABEL_MODE_NAMES[labels.mode], config.seed, labels.max_partition_bytes)
 
-    def read(self, path: str, labels_only: bool = False):
-        return read_events(path, self.label_column, list(self.target_values), labels_only=labels_only)
+    def read(self, part: EventRange, labels_only: bool = False):
+        return read_events(part, self.label_column, list(self.target_values), labels_only=labels_only)
 
 
-def _label_counts(path: str, spec: LabelSpec) -> tuple[int, int]:
-    is_target = spec.read(path, labels_only=True).is_target.to_numpy(zero_copy_only=False).astype(bool)
+def _label_counts(part: EventRange, spec: LabelSpec) -> tuple[int, int]:
+    is_target = spec.read(part, labels_only=True).is_target.to_numpy(zero_copy_only=False).astype(bool)
     return int(is_target.sum()), int((~is_target).sum())
 
 
-def _candidates(path: str, keep: int, spec: LabelSpec):
-    return exact_candidates(spec.read(path, labels_only=True), keep, spec.seed)
+def _candidates(part: EventRange, keep: int, spec: LabelSpec):
+    return exact_candidates(spec.read(part, labels_only=True), keep, spec.seed)
 
 
 def _sum_pairs(pairs):
@@ -82,9 +83,9 @@ class _SampleFileFn(beam.DoFn):
         self._output_dir = output_dir
         self._num_shards = num_shards
 
-    def process(self, path, totals=None, threshold=None):
+    def process(self, event_range, totals=None, threshold=None):
         spec = self._spec
-        part = spec.read(path)
+        part = spec.read(event_range)
         for dead in part.dead_letters:
             yield beam.pvalue.TaggedOutput(ERRORS, dead.to_dict())
         if spec.mode in ("ITERATIVE", "ADAPTIVE"):
@@ -96,7 +97,7 @@ class _SampleFileFn(beam.DoFn):
             rate = min(1.0, spec.ratio * targets / non_targets) if non_targets else 0.0
             rows = two_pass_rows(part, rate, spec.seed)
         yield beam.pvalue.TaggedOutput(STATS, partition_stats(part, rows))
-        name = f"events-{fingerprint(path):016x}.arrow"
+        name = f"events-{fingerprint(event_range.path):016x}-{event_range.index:05d}.arrow"
         yield from write_spill(f"{spill_dir(self._output_dir)}/{name}",
                                shard_batches(part, rows, spec.seed, self._num_shards))
 
@@ -166,8 +167,10 @@ def build_label_job(p: beam.Pipeline, config: JobConfig, patterns: list[str], ou
         p
         | "Patterns" >> beam.Create(patterns)
         | "Match" >> fileio.MatchAll(EmptyMatchTreatment.ALLOW)
-        | "Paths" >> beam.Map(lambda m: m.path)
+        | "PathAndSize" >> beam.Map(lambda m: (m.path, m.size_in_bytes))
         | "OncePerFile" >> beam.Distinct()
+        | "Partitions" >> beam.FlatMap(lambda f, limit: split_file(f[0], f[1], limit), spec.max_partition_bytes)
+        | "Spread" >> beam.Reshuffle()
     )
     sample = beam.ParDo(_SampleFileFn(spec, output_dir, num_shards))
     if spec.mode in ("ITERATIVE", "ADAPTIVE"):

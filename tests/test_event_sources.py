@@ -64,3 +64,56 @@ def test_missing_label_column_and_unreadable_files_are_one_dead_letter(tmp_path)
     bad.write_bytes(b"not parquet")
     assert [d.reason for d in read(bad).dead_letters] == ["unreadable"]
     assert [d.reason for d in read(tmp_path / "x.xml").dead_letters] == ["unreadable"]
+
+
+# ---- ranges of large files ----------------------------------------------------
+
+from shardmill.transforms.event_sources import split_file  # noqa: E402
+
+
+def read_range(part, label="clicked"):
+    return read_events(part, label, ["1"], opener=local_open)
+
+
+def test_large_csv_splits_on_line_boundaries_and_keeps_file_line_numbers(tmp_path):
+    lines = ["id,clicked"] + [f"{i},{int(i % 9 == 0)}" for i in range(2000)]
+    lines[1500] = "bad,row,here"  # file line 1501
+    path = tmp_path / "big.csv"
+    path.write_text("\n".join(lines) + "\n")
+    ranges = split_file(str(path), path.stat().st_size, 4000, opener=local_open)
+    assert len(ranges) > 3 and [r.name for r in ranges][:2] == ["big.csv#0", "big.csv#1"]
+    parts = [read_range(r) for r in ranges]
+    ids = [i for p in parts for i in p.table["id"].to_pylist()]
+    assert ids == [i for i in range(2000) if i != 1499]
+    dead = [d for p in parts for d in p.dead_letters]
+    assert [(d.reason, d.member) for d in dead] == [("malformed_row", "line 1501")]
+    assert sum(sum(p.is_target.to_pylist()) for p in parts) == sum(1 for i in range(2000) if i % 9 == 0 and i != 1499)
+
+
+def test_large_json_lines_split_and_name_global_lines(tmp_path):
+    path = tmp_path / "big.jsonl"
+    rows = [f'{{"id": {i}, "clicked": {int(i % 5 == 0)}}}' for i in range(1000)]
+    rows[700] = "{broken"
+    path.write_text("\n".join(rows) + "\n")
+    ranges = split_file(str(path), path.stat().st_size, 3000, opener=local_open)
+    parts = [read_range(r) for r in ranges]
+    assert len(ranges) > 3
+    assert [i for p in parts for i in p.table["id"].to_pylist()] == [i for i in range(1000) if i != 700]
+    assert [d.member for p in parts for d in p.dead_letters] == ["line 701"]
+
+
+def test_large_parquet_splits_by_row_groups(tmp_path):
+    path = tmp_path / "big.parquet"
+    pq.write_table(pa.table({"id": list(range(10_000)), "clicked": [i % 7 == 0 for i in range(10_000)]}),
+                   path, row_group_size=1000)
+    ranges = split_file(str(path), path.stat().st_size, 20_000, opener=local_open)
+    assert len(ranges) > 1 and ranges[0].first_group == 0 and ranges[-1].end_group == 10
+    parts = [read_events(r, "clicked", ["True"], opener=local_open) for r in ranges]
+    assert [i for p in parts for i in p.table["id"].to_pylist()] == list(range(10_000))
+
+
+def test_small_files_are_one_partition_named_after_the_file(tmp_path):
+    path = tmp_path / "small.csv"
+    path.write_text("id,clicked\n1,1\n")
+    (only,) = split_file(str(path), path.stat().st_size, 1 << 20, opener=local_open)
+    assert only.name == "small.csv" and read_range(only).table.num_rows == 1

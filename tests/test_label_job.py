@@ -89,3 +89,18 @@ def test_cli_runs_label_sampling_and_inspect_reports_it(event_logs, tmp_path, ca
     assert "label sampling EXACT: ratio requested 2, achieved 2.0000" in out
     assert cli.main(["inspect", str(tmp_path / "o")]) == 0
     assert f"targets     {truth['targets']:>14,}" in capsys.readouterr().out
+
+
+def test_large_files_become_several_partitions_and_exact_stays_exact(event_logs, tmp_path):
+    directory, truth = event_logs
+    config = validate(parse_config(
+        f'input: "{directory}"\nseed: 3\noutput {{ num_shards: 2 }}\n'
+        'label_sampling { label_column: "clicked" ratio: 3 mode: EXACT max_partition_bytes: 4000 }'))
+    manifest = run_job(config, expand_inputs([directory], EVENT_SUFFIXES), str(tmp_path), PipelineOptions([]))
+    stats = manifest["stats"]["label_sampling"]
+    names = [p["partition"] for p in stats["partitions"]]
+    assert any(n.startswith("day1.csv#") for n in names) and any(n.startswith("day2.jsonl#") for n in names)
+    assert stats["targets"] == truth["targets"] and stats["non_targets_out"] == 3 * truth["targets"]
+    rows = read_rows(tmp_path, manifest)
+    keys = list(zip(rows["_partition"].to_pylist(), rows["_row"].to_pylist()))
+    assert len(set(keys)) == len(keys)

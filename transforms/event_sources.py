@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import posixpath
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,12 +29,37 @@ from shardmill.transforms.chunk_index import DeadLetter
 FORMATS = ("parquet", "csv", "tsv", "jsonl")
 
 
+@dataclasses.dataclass(frozen=True)
+class EventRange:
+    """A partition: a whole event file, or a contiguous range of a large one.
+
+    Parquet ranges are runs of row groups; text ranges are byte ranges that
+    start and end on line boundaries (first_line: the file's 1-based line
+    number of the range's first line).
+    """
+
+    path: str
+    index: int = 0
+    count: int = 1
+    first_group: int = 0
+    end_group: int = -1
+    start: int = 0
+    end: int = -1
+    first_line: int = 1
+
+    @property
+    def name(self) -> str:
+        base = posixpath.basename(self.path)
+        return base if self.count == 1 else f"{base}#{self.index}"
+
+
 @dataclasses.dataclass
 class EventPartition:
     path: str
     table: pa.Table  # every input column, rows in file order (bad rows left out)
     is_target: pa.Array  # bool per row of table
     dead_letters: list[DeadLetter]
+    name: str = ""  # the partition's name: file basename, "#i" appended for ranges of a split file
 
 
 def format_of(path: str) -> str:
@@ -46,9 +72,9 @@ def format_of(path: str) -> str:
 
 
 def _read_csv(path, data: bytes, delimiter: str, header: bool, dead: list[DeadLetter],
-              columns: list[str] | None = None) -> pa.Table:
+              columns: list[str] | None = None, line_offset: int = 0) -> pa.Table:
     def on_invalid(row):
-        line = row.number if row.number is not None and row.number >= 0 else -1
+        line = row.number + line_offset if row.number is not None and row.number >= 0 else -1
         dead.append(DeadLetter(path, "read", "malformed_row",
                                f"line {line}: {row.actual_columns} fields, expected {row.expected_columns}",
                                member=f"line {line}"))
@@ -71,13 +97,13 @@ def _read_csv(path, data: bytes, delimiter: str, header: bool, dead: list[DeadLe
     return pacsv.read_csv(io.BytesIO(data), read_options=read, parse_options=parse, convert_options=convert)
 
 
-def _read_jsonl(path, data: bytes, dead: list[DeadLetter]) -> pa.Table:
+def _read_jsonl(path, data: bytes, dead: list[DeadLetter], line_offset: int = 0) -> pa.Table:
     try:
         return pajson.read_json(io.BytesIO(data))
     except pa.ArrowInvalid:
         pass  # find the bad lines one by one
     rows = []
-    for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1):
+    for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1 + line_offset):
         if not line.strip():
             continue
         try:
@@ -93,17 +119,54 @@ def _read_jsonl(path, data: bytes, dead: list[DeadLetter]) -> pa.Table:
     return pa.Table.from_pylist(rows)
 
 
-def read_events(path: str, label_column: str, target_values: list[str], opener=None,
+def split_file(path: str, size: int, max_bytes: int, opener=None) -> list[EventRange]:
+    """The partitions of one event file: the whole file, or ranges of about max_bytes."""
+    from shardmill.transforms.chunk_index import default_opener
+
+    if size <= max_bytes:
+        return [EventRange(path)]
+    try:
+        fmt = format_of(path)
+        with (opener or default_opener)(path) as f:
+            if fmt == "parquet":
+                metadata = pq.ParquetFile(f).metadata
+                cuts, acc = [0], 0
+                for g in range(metadata.num_row_groups):
+                    acc += metadata.row_group(g).total_byte_size
+                    if acc >= max_bytes and g + 1 < metadata.num_row_groups:
+                        cuts.append(g + 1)
+                        acc = 0
+                cuts.append(metadata.num_row_groups)
+                return [EventRange(path, i, len(cuts) - 1, first_group=a, end_group=b)
+                        for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]
+            data = f.read()
+    except (OSError, ValueError, pa.ArrowException):
+        return [EventRange(path)]  # reading it whole reports what is wrong
+    cuts = [0]
+    for nominal in range(max_bytes, len(data), max_bytes):
+        newline = data.find(b"\n", max(nominal, cuts[-1]))
+        if newline < 0 or newline + 1 >= len(data):
+            break
+        if newline + 1 > cuts[-1]:
+            cuts.append(newline + 1)
+    cuts.append(len(data))
+    return [EventRange(path, i, len(cuts) - 1, start=a, end=b, first_line=1 + data.count(b"\n", 0, a))
+            for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]
+
+
+def read_events(path: str | EventRange, label_column: str, target_values: list[str], opener=None,
                 labels_only: bool = False) -> EventPartition:
-    """One event file as a partition; never raises for bad data (it becomes dead letters).
+    """One partition (a file, or an EventRange of one); never raises for bad data (it becomes dead letters).
 
     labels_only: materialise only the label column (Parquet reads just that
     column; CSV still tokenizes every line; JSON lines parses everything).
     """
     from shardmill.transforms.chunk_index import default_opener
 
+    part = path if isinstance(path, EventRange) else EventRange(path)
+    path = part.path
     dead: list[DeadLetter] = []
-    empty = EventPartition(path, pa.table({}), pa.array([], pa.bool_()), dead)
+    empty = EventPartition(path, pa.table({}), pa.array([], pa.bool_()), dead, part.name)
     try:
         fmt = format_of(path)
         with (opener or default_opener)(path) as f:
@@ -112,11 +175,20 @@ def read_events(path: str, label_column: str, target_values: list[str], opener=N
         if fmt == "parquet":
             if columns and label_column not in pq.read_schema(io.BytesIO(data)).names:
                 columns = None  # let the missing-column check below report it
-            table = pq.read_table(io.BytesIO(data), columns=columns)
-        elif fmt == "jsonl":
-            table = _read_jsonl(path, data, dead)
+            parquet = pq.ParquetFile(io.BytesIO(data))
+            end = parquet.metadata.num_row_groups if part.end_group < 0 else part.end_group
+            table = parquet.read_row_groups(list(range(part.first_group, end)), columns=columns)
         else:
-            table = _read_csv(path, data, "," if fmt == "csv" else "\t", header=True, dead=dead, columns=columns)
+            text = data if part.end < 0 else data[part.start : part.end]
+            if fmt == "jsonl":
+                table = _read_jsonl(path, text, dead, line_offset=part.first_line - 1)
+            else:
+                line_offset = 0
+                if part.start > 0:  # a later range: put the header back, count lines from its first
+                    text = data[: data.index(b"\n") + 1] + text
+                    line_offset = part.first_line - 2
+                table = _read_csv(path, text, "," if fmt == "csv" else "\t", header=True, dead=dead,
+                                  columns=columns, line_offset=line_offset)
     except (OSError, ValueError, pa.ArrowException) as err:
         dead.append(DeadLetter(path, "read", "unreadable", str(err)))
         return empty
@@ -135,4 +207,4 @@ def read_events(path: str, label_column: str, target_values: list[str], opener=N
     is_target = pc.is_in(pc.cast(labels, pa.string()), value_set=pa.array([str(v) for v in target_values]))
     if isinstance(is_target, pa.ChunkedArray):
         is_target = is_target.combine_chunks()
-    return EventPartition(path, table, is_target, dead)
+    return EventPartition(path, table, is_target, dead, part.name)

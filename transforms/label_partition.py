@@ -1,15 +1,14 @@
 """One event partition through label sampling to per-shard record batches (issue 5).
 
 Plain pyarrow/numpy: the Beam transforms in pipelines/label_job.py call these
-per file. Emitted rows keep every input column and gain `_partition` (the
-file's basename) and `_row` (row index in the file, bad rows excluded), which
-identify them; each gets its shard and order key from the keyed hash of
-(seed, partition, row), like lc0 records.
+per partition. Emitted rows keep every input column and gain `_partition`
+(the file's basename, with "#i" for range i of a split file) and `_row` (row
+index in the partition, bad rows excluded), which identify them; each gets its
+shard and order key from the keyed hash of (seed, partition, row), like lc0
+records.
 """
 
 from __future__ import annotations
-
-import posixpath
 
 import numpy as np
 import pyarrow as pa
@@ -28,8 +27,8 @@ STREAM_TWO_PASS = 11  # the baseline's Bernoulli draws
 IDENTITY_COLUMNS = ["_partition", "_row"]
 
 
-def partition_key(path: str) -> int:
-    return fingerprint(posixpath.basename(path))
+def partition_key(part: EventPartition) -> int:
+    return fingerprint(part.name)
 
 
 def partition_stats(part: EventPartition, emitted: np.ndarray) -> dict:
@@ -38,7 +37,7 @@ def partition_stats(part: EventPartition, emitted: np.ndarray) -> dict:
     targets = int(is_target.sum())
     non_out = int((~kept).sum())
     return {
-        "partition": posixpath.basename(part.path),
+        "partition": part.name,
         "records": len(is_target),
         "targets": targets,
         "non_targets_in": int((~is_target).sum()),
@@ -50,25 +49,25 @@ def partition_stats(part: EventPartition, emitted: np.ndarray) -> dict:
 def one_pass_rows(part: EventPartition, ratio: float, mode: str, seed: int) -> np.ndarray:
     """ITERATIVE / ADAPTIVE: row indices emitted, in emission order."""
     is_target = part.is_target.to_numpy(zero_copy_only=False).astype(bool)
-    return sample_partition(is_target, ratio, mode, seed, partition_key(part.path)).emitted
+    return sample_partition(is_target, ratio, mode, seed, partition_key(part)).emitted
 
 
 def exact_candidates(part: EventPartition, keep: int, seed: int) -> np.ndarray:
     """EXACT, second label pass: this partition's `keep` smallest non-target priorities."""
     is_target = part.is_target.to_numpy(zero_copy_only=False).astype(bool)
-    priorities = exact_priorities(is_target, seed, partition_key(part.path))
+    priorities = exact_priorities(is_target, seed, partition_key(part))
     return bottom_k(priorities[~is_target], keep)
 
 
 def exact_rows(part: EventPartition, threshold: int | None, seed: int) -> np.ndarray:
     is_target = part.is_target.to_numpy(zero_copy_only=False).astype(bool)
-    return exact_select(is_target, exact_priorities(is_target, seed, partition_key(part.path)), threshold)
+    return exact_select(is_target, exact_priorities(is_target, seed, partition_key(part)), threshold)
 
 
 def two_pass_rows(part: EventPartition, rate: float, seed: int) -> np.ndarray:
     """The baseline: every target, each non-target with probability `rate` (keyed Bernoulli)."""
     is_target = part.is_target.to_numpy(zero_copy_only=False).astype(bool)
-    u = unit_float(hash_words(seed, STREAM_TWO_PASS, np.uint64(partition_key(part.path)),
+    u = unit_float(hash_words(seed, STREAM_TWO_PASS, np.uint64(partition_key(part)),
                               np.arange(len(is_target), dtype=np.uint64)))
     return np.flatnonzero(is_target | (u < rate))
 
@@ -77,11 +76,11 @@ def shard_batches(part: EventPartition, rows: np.ndarray, seed: int, num_shards:
     """The emitted rows with identity columns and order keys, split by shard."""
     if len(rows) == 0:
         return {}
-    key = np.uint64(partition_key(part.path))
+    key = np.uint64(partition_key(part))
     shard, order = shuffle_keys(np.full(len(rows), key, dtype=np.uint64), np.zeros(len(rows), np.int64),
                                 rows.astype(np.int64), seed, num_shards)
     table = part.table.take(pa.array(rows))
-    table = table.append_column("_partition", pa.array([posixpath.basename(part.path)] * len(rows)))
+    table = table.append_column("_partition", pa.array([part.name] * len(rows)))
     table = table.append_column("_row", pa.array(rows.astype(np.int64)))
     table = table.append_column("order_key", pa.array(order))
     by_shard = np.argsort(shard, kind="stable")
