@@ -104,3 +104,15 @@ def test_large_files_become_several_partitions_and_exact_stays_exact(event_logs,
     rows = read_rows(tmp_path, manifest)
     keys = list(zip(rows["_partition"].to_pylist(), rows["_row"].to_pylist()))
     assert len(set(keys)) == len(keys)
+
+
+def test_the_native_reader_serves_a_label_sampling_output(event_logs, tmp_path):
+    from shardmill.native_ext import ShardReader
+
+    directory, truth = event_logs
+    manifest = run(directory, tmp_path, "EXACT", ratio=2)
+    with ShardReader(str(tmp_path), batch_size=64, columns=["clicked", "_row"], seed=1) as reader:
+        batches = list(reader)
+    clicked = [int(x) for b in batches for x in b["clicked"]]
+    assert len(clicked) == sum(s["rows"] for s in manifest["shards"])
+    assert sum(clicked) == truth["targets"]
