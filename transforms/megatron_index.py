@@ -1,0 +1,202 @@
+"""Megatron indexed datasets (`.idx`/`.bin`) and Megatron's GPT-dataset index arrays (issue 6).
+
+Format (DESIGN.md): `.idx` = magic `MMIDIDX\\x00\\x00`, u64 version (1), u8
+dtype code, u64 sequence count S, u64 document-index length D, i32[S]
+lengths, i64[S] byte pointers into `.bin`, i64[D] document indices. `.bin` is
+raw tokens. Everything is validated; problems raise IndexedDatasetError
+naming the file.
+
+Index arrays: the same values, dtypes and random-number consumption order as
+Megatron-LM's GPTDataset (`_build_document_index`, helpers' `build_sample_idx`,
+`_build_shuffle_index`, one `numpy.random.RandomState(seed)` used in that
+order), written here as vectorised numpy: sample i starts at token i·L of the
+epoch-concatenated stream, in the first document of the document index whose
+end reaches that position plus the extra token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+MAGIC = b"MMIDIDX\x00\x00"
+HEADER_BYTES = len(MAGIC) + 8 + 1 + 8 + 8
+DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64, 7: np.float32,
+          8: np.uint16}
+SEPARATE_FINAL_EPOCH_THRESHOLD = 0.80  # Megatron's threshold
+
+
+class IndexedDatasetError(ValueError):
+    """A malformed `.idx`/`.bin` pair; the message names the file."""
+
+
+@dataclasses.dataclass
+class IndexedDataset:
+    idx_path: str
+    dtype: np.dtype
+    sequence_lengths: np.ndarray  # int32[S]
+    sequence_pointers: np.ndarray  # int64[S], byte offsets into .bin
+    document_indices: np.ndarray  # int64[D]
+    bin_size: int
+
+    @property
+    def num_sequences(self) -> int:
+        return len(self.sequence_lengths)
+
+
+def parse_index(idx_bytes: bytes, idx_path: str, bin_size: int) -> IndexedDataset:
+    """Validates and parses the bytes of an `.idx` file against the `.bin` file's size."""
+    def fail(what: str):
+        raise IndexedDatasetError(f"{idx_path}: {what}")
+
+    if len(idx_bytes) < HEADER_BYTES:
+        fail(f"{len(idx_bytes)} bytes is shorter than the {HEADER_BYTES}-byte header")
+    if idx_bytes[: len(MAGIC)] != MAGIC:
+        fail(f"bad magic {idx_bytes[:len(MAGIC)]!r}, expected {MAGIC!r}")
+    pos = len(MAGIC)
+    version = int.from_bytes(idx_bytes[pos : pos + 8], "little")
+    if version != 1:
+        fail(f"unsupported version {version} (only 1)")
+    code = idx_bytes[pos + 8]
+    if code not in DTYPES:
+        fail(f"unknown dtype code {code} (known: {sorted(DTYPES)})")
+    count = int.from_bytes(idx_bytes[pos + 9 : pos + 17], "little")
+    doc_count = int.from_bytes(idx_bytes[pos + 17 : pos + 25], "little")
+    expected = HEADER_BYTES + 4 * count + 8 * count + 8 * doc_count
+    if len(idx_bytes) == HEADER_BYTES - 8 + 12 * count:
+        fail("no document index: this is the older header without one, not supported")
+    if len(idx_bytes) < expected:
+        fail(f"truncated: {len(idx_bytes)} bytes, the header's counts ({count} sequences, "
+             f"{doc_count} document indices) need {expected}")
+    if len(idx_bytes) > expected:
+        fail(f"{len(idx_bytes) - expected} unexpected trailing bytes after the arrays")
+    lengths = np.frombuffer(idx_bytes, np.int32, count, HEADER_BYTES)
+    pointers = np.frombuffer(idx_bytes, np.int64, count, HEADER_BYTES + 4 * count)
+    documents = np.frombuffer(idx_bytes, np.int64, doc_count, HEADER_BYTES + 12 * count)
+    itemsize = np.dtype(DTYPES[code]).itemsize
+    if count and (lengths.min() < 0 or pointers.min() < 0):
+        fail("negative sequence length or pointer")
+    if count:
+        ends = pointers + lengths.astype(np.int64) * itemsize
+        bad = np.flatnonzero(ends > bin_size)
+        if len(bad):
+            fail(f"sequence {bad[0]} ends at byte {ends[bad[0]]}, past the end of the {bin_size}-byte .bin")
+    if doc_count == 0 or documents[0] != 0 or documents[-1] != count or (np.diff(documents) < 0).any():
+        fail(f"document index must rise from 0 to {count} (the sequence count)")
+    return IndexedDataset(idx_path, np.dtype(DTYPES[code]), lengths, pointers, documents, bin_size)
+
+
+def read_sequence(bin_file, dataset: IndexedDataset, sequence: int, offset: int = 0,
+                  length: int | None = None) -> np.ndarray:
+    """Tokens [offset, offset + length) of one sequence, by a range read of `.bin` (never all of it)."""
+    available = int(dataset.sequence_lengths[sequence]) - offset
+    length = available if length is None else length
+    if offset < 0 or length < 0 or length > available:
+        raise IndexedDatasetError(f"{dataset.idx_path}: tokens [{offset}, {offset + length}) are outside "
+                                  f"sequence {sequence} of length {dataset.sequence_lengths[sequence]}")
+    itemsize = dataset.dtype.itemsize
+    bin_file.seek(int(dataset.sequence_pointers[sequence]) + offset * itemsize)
+    data = bin_file.read(length * itemsize)
+    if len(data) != length * itemsize:
+        raise IndexedDatasetError(f"{dataset.idx_path}: the .bin ended inside sequence {sequence}")
+    return np.frombuffer(data, dataset.dtype)
+
+
+# ---- Megatron's GPT index arrays ---------------------------------------------------------
+
+@dataclasses.dataclass
+class GPTIndices:
+    document_index: np.ndarray  # int32, sequences over epochs (shuffled)
+    sample_index: np.ndarray  # int32 or int64 [num_samples + 1, 2]: (document-index position, offset)
+    shuffle_index: np.ndarray  # uint32 or int64: sample order
+    num_epochs: int
+    separate_final_epoch: bool
+
+
+def num_epochs_for(tokens_per_epoch: int, num_samples: int | None, sequence_length: int, add_extra: bool) -> int:
+    if num_samples is None:
+        return 1
+    requested = num_samples * sequence_length + int(add_extra)
+    return max(1, math.ceil(requested / tokens_per_epoch)) if tokens_per_epoch > 0 else 1
+
+
+def build_document_index(documents: np.ndarray, num_epochs: int, rng: np.random.RandomState,
+                         separate_final_epoch: bool) -> np.ndarray:
+    if not separate_final_epoch or num_epochs == 1:
+        index = np.tile(np.asarray(documents), num_epochs).astype(np.int32)
+        rng.shuffle(index)
+        return index
+    first = build_document_index(documents, num_epochs - 1, rng, False)
+    last = build_document_index(documents, 1, rng, False)
+    return np.concatenate((first, last))
+
+
+def build_sample_index(sizes: np.ndarray, document_index: np.ndarray, sequence_length: int, num_epochs: int,
+                       tokens_per_epoch: int, drop_last_partial_sequence: bool = True,
+                       add_extra: bool = True) -> np.ndarray:
+    extra = int(add_extra)
+    total = num_epochs * tokens_per_epoch - extra
+    num_samples = total // sequence_length if drop_last_partial_sequence else math.ceil(total / sequence_length)
+    dtype = np.int32 if max(len(document_index), int(sizes.max())) <= np.iinfo(np.int32).max else np.int64
+    lengths = sizes[document_index].astype(np.int64)
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    positions = np.arange(1, num_samples + 1, dtype=np.int64) * sequence_length
+    doc = np.searchsorted(ends, positions + extra, side="left")
+    past_end = doc >= len(document_index)  # only the last, partial sample (drop_last False)
+    doc_clipped = np.minimum(doc, len(document_index) - 1)
+    offset = np.where(past_end, lengths[doc_clipped] - extra, positions - starts[doc_clipped])
+    out = np.zeros((num_samples + 1, 2), dtype=dtype)
+    out[1:, 0] = doc_clipped
+    out[1:, 1] = offset
+    return out
+
+
+def build_shuffle_index(num_samples: int, total_size: int, rng: np.random.RandomState) -> np.ndarray:
+    dtype = np.uint32 if total_size < np.iinfo(np.uint32).max - 1 else np.int64
+    first = np.arange(0, num_samples, dtype=dtype)
+    rng.shuffle(first)
+    if num_samples == total_size:
+        return first
+    last = np.arange(num_samples, total_size, dtype=dtype)
+    rng.shuffle(last)
+    return np.concatenate((first, last))
+
+
+def build_gpt_indices(sizes: np.ndarray, sequence_length: int, num_samples: int | None, seed: int,
+                      add_extra: bool = True, documents: np.ndarray | None = None) -> GPTIndices:
+    """The three index arrays Megatron's GPTDataset builds for these sequences and settings."""
+    sizes = np.asarray(sizes, dtype=np.int32)
+    documents = np.arange(len(sizes), dtype=np.int32) if documents is None else np.asarray(documents)
+    tokens_per_epoch = int(sizes[documents].astype(np.int64).sum())
+    num_epochs = num_epochs_for(tokens_per_epoch, num_samples, sequence_length, add_extra)
+    separate_final_epoch = False
+    if num_epochs > 1:
+        sans_final = ((num_epochs - 1) * tokens_per_epoch - int(add_extra)) // sequence_length
+        from_final = num_samples - sans_final
+        per_epoch = (tokens_per_epoch - int(add_extra)) // sequence_length
+        separate_final_epoch = from_final < int(SEPARATE_FINAL_EPOCH_THRESHOLD * per_epoch)
+    rng = np.random.RandomState(seed)
+    document_index = build_document_index(documents, num_epochs, rng, separate_final_epoch)
+    sample_index = build_sample_index(sizes, document_index, sequence_length, num_epochs, tokens_per_epoch,
+                                      True, add_extra)
+    total = sample_index.shape[0] - 1
+    shuffle_index = build_shuffle_index(sans_final if separate_final_epoch else total, total, rng)
+    return GPTIndices(document_index, sample_index, shuffle_index, num_epochs, separate_final_epoch)
+
+
+def sample_tokens(bin_file, dataset: IndexedDataset, indices: GPTIndices, sample: int,
+                  add_extra: bool = True) -> np.ndarray:
+    """The tokens of (unshuffled) sample `sample`, as Megatron's GPTDataset returns them."""
+    (doc_beg, off_beg), (doc_end, off_end) = indices.sample_index[sample], indices.sample_index[sample + 1]
+    parts = []
+    for i in range(int(doc_beg), int(doc_end) + 1):
+        offset = int(off_beg) if i == doc_beg else 0
+        sequence = int(indices.document_index[i])
+        if i < doc_end:
+            parts.append(read_sequence(bin_file, dataset, sequence, offset))
+        else:
+            parts.append(read_sequence(bin_file, dataset, sequence, offset, int(off_end) + int(add_extra) - offset))
+    return np.concatenate(parts)
