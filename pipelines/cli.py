@@ -122,8 +122,12 @@ def _run(args, beam_args) -> int:
 
         print(dry_run(config, PipelineOptions(beam_args)))
         return 0
-    is_label_job = config.HasField("label_sampling")
-    patterns = expand_inputs(list(config.input), EVENT_SUFFIXES) if is_label_job else expand_inputs(list(config.input))
+    if config.HasField("token_dataset"):
+        patterns = []  # the job reads token_dataset.path_prefix
+    elif config.HasField("label_sampling"):
+        patterns = expand_inputs(list(config.input), EVENT_SUFFIXES)
+    else:
+        patterns = expand_inputs(list(config.input))
 
     from shardmill.pipelines.run_job import run_job  # Beam graph code, imported on use
     from shardmill.transforms.manifest import render_summary

@@ -48,6 +48,19 @@ def load_config(path: str) -> JobConfig:
 
 def validate(config: JobConfig, require_input: bool = True) -> JobConfig:
     """Raises ConfigError for the first invalid field; returns the config."""
+    if config.HasField("token_dataset"):
+        tokens = config.token_dataset
+        if not tokens.path_prefix:
+            raise ConfigError("token_dataset.path_prefix: required")
+        if tokens.seq_length < 2:
+            raise ConfigError(f"token_dataset.seq_length: must be >= 2, got {tokens.seq_length}")
+        if tokens.HasField("num_samples") and tokens.num_samples < 1:
+            raise ConfigError("token_dataset.num_samples: must be >= 1 when set")
+        if tokens.HasField("hanse_sampling_threshold") and tokens.hanse_sampling_threshold < 1:
+            raise ConfigError("token_dataset.hanse_sampling_threshold: must be >= 1 when set")
+        if not (math.isfinite(tokens.hanse_sampling_gamma) and tokens.hanse_sampling_gamma >= 0):
+            raise ConfigError("token_dataset.hanse_sampling_gamma: must be finite and >= 0")
+        require_input = False
     if require_input and not config.input:
         raise ConfigError("input: at least one input pattern is required (config or --input)")
     for i, pattern in enumerate(config.input):

@@ -204,7 +204,11 @@ def run_job(config: JobConfig, patterns: list[str], output_dir: str, options: Pi
     """Runs the job (lc0, or label sampling when configured) and returns the manifest it committed."""
     prepare_output(output_dir, config.output.overwrite)
     with make_pipeline(options) as p:
-        if config.HasField("label_sampling"):
+        if config.HasField("token_dataset"):
+            from shardmill.pipelines.token_job import build_token_job
+
+            build_token_job(p, config, output_dir)
+        elif config.HasField("label_sampling"):
             from shardmill.pipelines.label_job import build_label_job
 
             build_label_job(p, config, patterns, output_dir)

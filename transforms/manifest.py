@@ -105,8 +105,23 @@ def render_label_summary(manifest: dict) -> str:
     return "\n".join(lines)
 
 
+def render_token_summary(manifest: dict) -> str:
+    stats = manifest["stats"]["token_dataset"]
+    return "\n".join([
+        f"megatron samples {stats['num_samples']:,} of {stats['seq_length']} tokens "
+        f"(+1: {stats['add_extra_token']}), {stats['num_epochs']} epoch(s), "
+        f"separate final epoch: {stats['separate_final_epoch']}",
+        f"sequences {stats['sequences']:,} ({stats['sequences_kept']:,} kept), {stats['dtype']}, "
+        f"{stats['tokens_per_epoch']:,} tokens per epoch, index built in {stats['index_build_seconds']:.2f} s",
+        f"records out {manifest['stats']['accounting']['records_written']:,} in {manifest['num_shards']} shard(s), "
+        f"time {manifest['stats']['timings']['seconds']:.1f} s",
+    ])
+
+
 def render_summary(manifest: dict) -> str:
     """The short report printed after a run and by `shardmill inspect`."""
+    if manifest.get("record_format") == "megatron_gpt_samples":
+        return render_token_summary(manifest)
     if manifest.get("record_format") == "events":
         return render_label_summary(manifest)
     acc = manifest["stats"]["accounting"]

@@ -1,0 +1,93 @@
+"""The token-dataset job: shards in order are exactly Megatron's shuffled sample stream."""
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from shardmill.pipelines import cli
+from shardmill.pipelines.config import parse_config, validate
+from shardmill.pipelines.run_job import run_job
+from shardmill.pipelines.token_job import kept_sequences
+from shardmill.transforms.megatron_index import build_gpt_indices
+from tests.datagen.megatron import write_indexed_dataset
+from tests.test_run_job import MULTI_PROCESSING, file_digests
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("megatron")
+    rng = np.random.default_rng(21)
+    sequences = [rng.integers(0, 60_000, int(n)).astype(np.uint16) for n in rng.integers(1, 120, 80)]
+    write_indexed_dataset(str(directory / "corpus"), sequences, np.uint16)
+    return str(directory / "corpus"), sequences
+
+
+def config_for(prefix, extra=""):
+    return validate(parse_config(
+        f'seed: 4\noutput {{ num_shards: 3 }}\n'
+        f'token_dataset {{ path_prefix: "{prefix}" seq_length: 24 num_samples: 500 {extra} }}'))
+
+
+def read_in_order(out, manifest):
+    return pa.concat_tables([pq.read_table(os.path.join(out, s["path"])) for s in manifest["shards"]])
+
+
+def test_shards_in_order_are_megatrons_sample_stream(corpus, tmp_path):
+    prefix, sequences = corpus
+    manifest = run_job(config_for(prefix), [], str(tmp_path), PipelineOptions([]))
+    indices = build_gpt_indices([len(s) for s in sequences], 24, 500, seed=4)
+    table = read_in_order(tmp_path, manifest)
+    assert table["sample"].to_pylist() == indices.shuffle_index.astype(np.int64).tolist()
+    stream = np.concatenate([sequences[d] for d in indices.document_index])
+    tokens = np.frombuffer(table["tokens"].combine_chunks().buffers()[1], np.uint16).reshape(-1, 25)
+    for row, sample in enumerate(table["sample"].to_pylist()):
+        assert tokens[row].tolist() == stream[sample * 24 : sample * 24 + 25].tolist()
+    stats = manifest["stats"]["token_dataset"]
+    assert stats["num_epochs"] == indices.num_epochs > 1 and stats["num_samples"] == len(indices.shuffle_index)
+    assert table["epoch"].to_pylist() == [s * 24 // stats["tokens_per_epoch"] for s in table["sample"].to_pylist()]
+
+
+def test_without_the_extra_token_samples_have_seq_length_tokens(corpus, tmp_path):
+    prefix, _ = corpus
+    manifest = run_job(config_for(prefix, "add_extra_token: false"), [], str(tmp_path), PipelineOptions([]))
+    assert read_in_order(tmp_path, manifest).schema.field("tokens").type == pa.binary(48)
+
+
+def test_document_level_threshold_gamma_keeps_sequences_deterministically(corpus, tmp_path):
+    prefix, sequences = corpus
+    lengths = np.array([len(s) for s in sequences], dtype=np.int32)
+    kept = kept_sequences(lengths, 60, 1.0, seed=4)
+    assert 0 < len(kept) < len(sequences) and (kept_sequences(lengths, 60, 1.0, seed=4) == kept).all()
+    assert lengths[kept].mean() > lengths.mean()  # longer sequences are kept more often
+    manifest = run_job(config_for(prefix, "hanse_sampling_threshold: 60"), [], str(tmp_path), PipelineOptions([]))
+    assert manifest["stats"]["token_dataset"]["sequences_kept"] == len(kept)
+    indices = build_gpt_indices(lengths, 24, 500, seed=4, documents=kept)
+    assert read_in_order(tmp_path, manifest)["sample"].to_pylist() == indices.shuffle_index.astype(np.int64).tolist()
+
+
+def test_identical_bytes_with_two_worker_processes(corpus, tmp_path):
+    prefix, _ = corpus
+    run_job(config_for(prefix), [], str(tmp_path / "a"), PipelineOptions([]))
+    run_job(config_for(prefix), [], str(tmp_path / "b"), PipelineOptions(MULTI_PROCESSING))
+    assert file_digests(tmp_path / "a") == file_digests(tmp_path / "b")
+
+
+def test_cli_runs_a_token_dataset_job(corpus, tmp_path, capsys):
+    prefix, _ = corpus
+    config = tmp_path / "tokens.textproto"
+    config.write_text(f'token_dataset {{ path_prefix: "{prefix}" seq_length: 16 }}\n')
+    assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / "o")]) == 0
+    assert "megatron samples" in capsys.readouterr().out
+
+
+def test_corrupt_index_fails_the_job_with_a_clear_error(tmp_path, capsys):
+    (tmp_path / "bad.idx").write_bytes(b"NOTMEGATRON" + bytes(40))
+    (tmp_path / "bad.bin").write_bytes(b"")
+    config = tmp_path / "tokens.textproto"
+    config.write_text(f'token_dataset {{ path_prefix: "{tmp_path / "bad"}" seq_length: 16 }}\n')
+    assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / "o")]) == 2
+    assert "bad.idx: bad magic" in capsys.readouterr().err
