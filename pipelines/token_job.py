@@ -77,7 +77,7 @@ def _materialize(task, idx_path, bin_path, indices_path, seq_length, add_extra, 
     return write_table_shard(output_dir, shard, num_shards, table, max(1, row_group_bytes // width), zstd_level)
 
 
-def _commit(shards, output_dir, config_text, seed, stats, started_at):
+def _commit(shards, output_dir, config_text, seed, stats, started_at, index_build_seconds):
     shards = sorted(shards, key=lambda s: s["shard"])
     manifest = {
         "format_version": manifest_lib.FORMAT_VERSION,
@@ -88,7 +88,9 @@ def _commit(shards, output_dir, config_text, seed, stats, started_at):
         "shards": [{k: v for k, v in s.items() if k != "shard"} for s in shards],
         "stats": {"token_dataset": stats, "accounting": {"records_written": sum(s["rows"] for s in shards),
                                                          "errors_by_reason": {}, "error_fraction": 0.0},
-                  "timings": {"seconds": round(time.time() - started_at, 3)}},
+                  # Timings are the only part of a manifest that differs between identical runs.
+                  "timings": {"seconds": round(time.time() - started_at, 3),
+                              "index_build_seconds": round(index_build_seconds, 3)}},
     }
     manifest_lib.commit(output_dir, manifest, [])
     delete_spills(output_dir)
@@ -124,7 +126,6 @@ def build_token_job(p: beam.Pipeline, config: JobConfig, output_dir: str) -> Non
         "seq_length": cfg.seq_length, "add_extra_token": cfg.add_extra_token, "random_seed": seed,
         "num_samples": total, "num_epochs": indices.num_epochs,
         "separate_final_epoch": indices.separate_final_epoch, "tokens_per_epoch": tokens_per_epoch,
-        "index_build_seconds": round(build_seconds, 3),
     }
     _ = (
         p
@@ -134,5 +135,6 @@ def build_token_job(p: beam.Pipeline, config: JobConfig, output_dir: str) -> Non
                                     cfg.add_extra_token, tokens_per_epoch, output_dir, num_shards,
                                     config.output.row_group_bytes, config.output.zstd_level)
         | "AllShards" >> beam.combiners.ToList()
-        | "Commit" >> beam.Map(_commit, output_dir, text_format.MessageToString(config), seed, stats, started_at)
+        | "Commit" >> beam.Map(_commit, output_dir, text_format.MessageToString(config), seed, stats, started_at,
+                               build_seconds)
     )
