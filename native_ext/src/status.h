@@ -2,7 +2,7 @@
 //
 // Every call into Arrow or Parquet from the bindings goes through these
 // helpers so that bad input becomes a Python exception naming what failed,
-// never an abort (no ValueOrDie anywhere in native_ext).
+// never an abort: a Result is only unwrapped after its status was checked.
 #pragma once
 
 #include <stdexcept>
