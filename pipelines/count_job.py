@@ -22,6 +22,7 @@ from shardmill.transforms.index_transforms import (
     DiscoverChunkFiles,
     IndexChunkFiles,
 )
+from shardmill.transforms.manifest import write_dead_letters
 
 
 def sort_index(tables: list[pa.Table]) -> pa.Table:
@@ -30,17 +31,8 @@ def sort_index(tables: list[pa.Table]) -> pa.Table:
     return table.sort_by([("sort_key", "ascending"), ("chunk", "ascending")])
 
 
-def sort_dead_letters(dead_letters: list[dict]) -> list[dict]:
-    return sorted(dead_letters, key=lambda d: (d["path"], d["chunk"], d["member"], d["stage"]))
-
-
 def write_index(tables: list[pa.Table], path: str) -> None:
     write_parquet_atomically(path, sort_index(tables), compression="zstd")
-
-
-def write_dead_letters(dead_letters: list[dict], path: str) -> None:
-    lines = "".join(json.dumps(d, sort_keys=True) + "\n" for d in sort_dead_letters(dead_letters))
-    write_bytes_atomically(path, lines.encode())
 
 
 def write_summary(summary: IndexSummary, path: str) -> None:
@@ -84,7 +76,7 @@ def run_count(
         tables, dead, stats = outputs["index"], outputs[ERRORS], outputs[SOURCE_STATS]
         _ = tables | "AllTables" >> beam.combiners.ToList() | "WriteIndex" >> beam.Map(write_index, index_path)
         _ = dead | "AllErrors" >> beam.combiners.ToList() | "WriteErrors" >> beam.Map(
-            write_dead_letters, errors_path
+            lambda dead_letters, path: write_dead_letters(path, dead_letters), errors_path
         )
         _ = (
             (

@@ -62,7 +62,7 @@ class LabelSpec:
 
 
 def _label_counts(part: EventRange, spec: LabelSpec) -> tuple[int, int]:
-    is_target = spec.read(part, labels_only=True).is_target.to_numpy(zero_copy_only=False).astype(bool)
+    is_target = spec.read(part, labels_only=True).target_mask()
     return int(is_target.sum()), int((~is_target).sum())
 
 

@@ -61,6 +61,10 @@ class EventPartition:
     dead_letters: list[DeadLetter]
     name: str = ""  # the partition's name: file basename, "#i" appended for ranges of a split file
 
+    def target_mask(self):
+        """is_target as a numpy bool array."""
+        return self.is_target.to_numpy(zero_copy_only=False).astype(bool)
+
 
 def format_of(path: str) -> str:
     name = path.lower()

@@ -38,6 +38,7 @@ STREAM_READER_ROW_GROUPS = 7  # native reader: per-epoch row-group permutation
 STREAM_READER_WINDOW = 8  # native reader: per-window row permutation
 STREAM_LABEL_RESERVOIR = 9  # label sampling: reservoir draws within a gap
 STREAM_LABEL_EXACT = 10  # label sampling: EXACT mode's per-record priority
+STREAM_TWO_PASS = 11  # label sampling: the two-pass baseline's Bernoulli draws
 
 _MASK64 = (1 << 64) - 1
 

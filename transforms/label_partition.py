@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from shardmill.transforms.chunk_sampling import shuffle_keys
 from shardmill.transforms.event_sources import EventPartition
-from shardmill.transforms.keyed_hash import fingerprint, hash_words, unit_float
+from shardmill.transforms.keyed_hash import STREAM_TWO_PASS, fingerprint, hash_words, unit_float
 from shardmill.transforms.label_sampling import (
     bottom_k,
     exact_priorities,
@@ -23,7 +23,6 @@ from shardmill.transforms.label_sampling import (
     sample_partition,
 )
 
-STREAM_TWO_PASS = 11  # the baseline's Bernoulli draws
 IDENTITY_COLUMNS = ["_partition", "_row"]
 
 
@@ -32,7 +31,7 @@ def partition_key(part: EventPartition) -> int:
 
 
 def partition_stats(part: EventPartition, emitted: np.ndarray) -> dict:
-    is_target = part.is_target.to_numpy(zero_copy_only=False).astype(bool)
+    is_target = part.target_mask()
     kept = is_target[emitted]
     targets = int(is_target.sum())
     non_out = int((~kept).sum())
@@ -48,25 +47,25 @@ def partition_stats(part: EventPartition, emitted: np.ndarray) -> dict:
 
 def one_pass_rows(part: EventPartition, ratio: float, mode: str, seed: int) -> np.ndarray:
     """ITERATIVE / ADAPTIVE: row indices emitted, in emission order."""
-    is_target = part.is_target.to_numpy(zero_copy_only=False).astype(bool)
+    is_target = part.target_mask()
     return sample_partition(is_target, ratio, mode, seed, partition_key(part)).emitted
 
 
 def exact_candidates(part: EventPartition, keep: int, seed: int) -> np.ndarray:
     """EXACT, second label pass: this partition's `keep` smallest non-target priorities."""
-    is_target = part.is_target.to_numpy(zero_copy_only=False).astype(bool)
+    is_target = part.target_mask()
     priorities = exact_priorities(is_target, seed, partition_key(part))
     return bottom_k(priorities[~is_target], keep)
 
 
 def exact_rows(part: EventPartition, threshold: int | None, seed: int) -> np.ndarray:
-    is_target = part.is_target.to_numpy(zero_copy_only=False).astype(bool)
+    is_target = part.target_mask()
     return exact_select(is_target, exact_priorities(is_target, seed, partition_key(part)), threshold)
 
 
 def two_pass_rows(part: EventPartition, rate: float, seed: int) -> np.ndarray:
     """The baseline: every target, each non-target with probability `rate` (keyed Bernoulli)."""
-    is_target = part.is_target.to_numpy(zero_copy_only=False).astype(bool)
+    is_target = part.target_mask()
     u = unit_float(hash_words(seed, STREAM_TWO_PASS, np.uint64(partition_key(part)),
                               np.arange(len(is_target), dtype=np.uint64)))
     return np.flatnonzero(is_target | (u < rate))

@@ -79,11 +79,16 @@ def build_manifest(
     }
 
 
+def write_dead_letters(path: str, dead_letters: list[dict]) -> None:
+    """Writes dead letters as JSON lines in a fixed order (arrival order varies by runner)."""
+    ordered = sorted(dead_letters, key=lambda d: (d["path"], d["chunk"], d["member"], d["stage"], d["reason"]))
+    write_bytes_atomically(path, "".join(json.dumps(d, sort_keys=True) + "\n" for d in ordered).encode())
+
+
 def commit(output_dir: str, manifest: dict, dead_letters: list[dict]) -> None:
     """Writes errors.jsonl, then manifest.json (last: its presence means the output is complete)."""
     base = output_dir.rstrip("/")
-    ordered = sorted(dead_letters, key=lambda d: (d["path"], d["chunk"], d["member"], d["stage"], d["reason"]))
-    write_bytes_atomically(f"{base}/{ERRORS_NAME}", "".join(json.dumps(d, sort_keys=True) + "\n" for d in ordered).encode())
+    write_dead_letters(f"{base}/{ERRORS_NAME}", dead_letters)
     write_bytes_atomically(f"{base}/{MANIFEST_NAME}", json.dumps(manifest, indent=1, sort_keys=True).encode())
 
 
