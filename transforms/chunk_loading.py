@@ -17,6 +17,7 @@ import os
 import numpy as np
 import pyarrow as pa
 
+from shardmill.native_ext import _native
 from shardmill.transforms.chunk_index import DeadLetter, Opener, default_opener
 from shardmill.transforms.chunk_sampling import positions_of_uses, shuffle_keys
 from shardmill.transforms.gzip_chunks import MAX_DEFLATE_RATIO, ChunkError, ChunkSpan, inflate_chunk
@@ -92,64 +93,104 @@ def _records_of_chunk(compressed: bytes, row: dict) -> np.ndarray:
     return records
 
 
-def _cut_chunk(compressed: bytes, row: dict, params) -> tuple:
-    """(frames, chunk, use_count, position, chunk_key) of the planned uses of one chunk."""
-    records = _records_of_chunk(compressed, row)
-    use, pos = positions_of_uses(row["chunk_key"], row["num_records"], row["num_uses"],
-                                 params.position_count, params.seed)
-    return records[pos], row["chunk"], use, pos, row["chunk_key"]
+def _scatter_chunk(compressed: bytes, row: dict, positions: np.ndarray, dest_rows: np.ndarray,
+                   frame: np.ndarray) -> None:
+    """Inflates one chunk and copies record positions[i] to frame[dest_rows[i]].
+
+    The native kernel does it with the GIL released when the gzip trailer
+    proves the size. Otherwise, or when it finds the chunk broken, the
+    streaming path runs so the ChunkError says precisely what is wrong.
+    """
+    try:
+        outcome = _native.scatter_chunk_records(compressed, row["num_records"], row["record_size"], row["version"],
+                                                positions, dest_rows, frame)
+    except _native.NativeError:
+        outcome = None
+    if outcome == -1:
+        return
+    if outcome is None or outcome >= 0:  # let the checking path name the problem
+        records = _records_of_chunk(compressed, row)
+        frame[dest_rows] = records[positions]
+
+
+def _plan_emissions(rows: list[dict], params, num_shards: int):
+    """Every record the task's chunks emit, known from the index alone.
+
+    Returns (chunk, use_count, position, order_key, shard, per-chunk emission
+    offsets) with emissions grouped by chunk in task order.
+    """
+    emitted = [positions_of_uses(row["chunk_key"], row["num_records"], row["num_uses"], params.position_count,
+                                 params.seed) for row in rows]
+    counts = np.array([len(pos) for _, pos in emitted], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    chunk = np.repeat(np.array([row["chunk"] for row in rows], dtype=np.int32), counts)
+    keys = np.repeat(np.array([row["chunk_key"] for row in rows], dtype=np.uint64), counts)
+    use = np.concatenate([u for u, _ in emitted]).astype(np.int32) if rows else np.zeros(0, np.int32)
+    pos = np.concatenate([p for _, p in emitted]).astype(np.int64) if rows else np.zeros(0, np.int64)
+    shard, order = shuffle_keys(keys, use, pos, params.seed, num_shards)
+    return chunk, use, pos, order, shard, offsets
 
 
 def load_task(task: ReadTask, opener: Opener = default_opener, threads: int = INFLATE_THREADS) -> LoadedTask:
     """Reads a task's chunks in file order; bad chunks become dead letters (stage 'load').
 
-    Compressed bytes are read sequentially; inflating and cutting run on
-    `threads` threads, at most 2 * threads chunks ahead, results in order.
+    Every emitted record's shard and row are planned first, so each chunk's
+    records go straight to their row of one frame array in shard order.
+    Compressed bytes are read sequentially; inflating and scattering run on
+    `threads` threads, at most 2 * threads chunks ahead.
     """
     dead: list[DeadLetter] = []
-    parts = []  # per loaded chunk: (records[positions], chunk, use_count, position, chunk_key)
-    uses_written = 0
     rows = task.chunks.to_pylist()
-    pending: collections.deque = collections.deque()  # (row, future) in file order
+    if not rows:
+        return LoadedTask({}, dead)
+    record_size = rows[0]["record_size"]
+    if any(row["record_size"] != record_size for row in rows):
+        raise ValueError(f"read task for {task.source} mixes record sizes")  # the plan keeps one version
+    chunk, use, pos, order, shard, offsets = _plan_emissions(rows, task.params, task.num_shards)
+    by_shard = np.argsort(shard, kind="stable")
+    dest = np.empty_like(by_shard)
+    dest[by_shard] = np.arange(len(by_shard))  # emission i goes to row dest[i]
+    frame = np.empty((len(by_shard), record_size), dtype=np.uint8)
+    failed = np.zeros(len(rows), dtype=bool)
+    pending: collections.deque = collections.deque()  # (chunk index, future) in file order
 
     def collect_oldest():
-        nonlocal uses_written
-        row, future = pending.popleft()
+        i, future = pending.popleft()
         try:
-            parts.append(future.result())
-            uses_written += row["num_uses"]
+            future.result()
         except ChunkError as err:
-            dead.append(DeadLetter(task.source, "load", err.reason, err.detail, row["member"], row["chunk"]))
+            failed[i] = True
+            dead.append(DeadLetter(task.source, "load", err.reason, err.detail, rows[i]["member"], rows[i]["chunk"]))
 
     read = 0
     with concurrent.futures.ThreadPoolExecutor(max(1, threads)) as pool:
         try:
             with opener(task.source) as fileobj:
-                for row in rows:
+                for i, row in enumerate(rows):
                     fileobj.seek(row["offset"])
                     compressed = fileobj.read(row["length"])
                     read += 1
-                    pending.append((row, pool.submit(_cut_chunk, compressed, row, task.params)))
+                    lo, hi = offsets[i], offsets[i + 1]
+                    pending.append((i, pool.submit(_scatter_chunk, compressed, row, pos[lo:hi], dest[lo:hi], frame)))
                     if len(pending) > 2 * threads:
                         collect_oldest()
         except OSError as err:  # opening or reading failed: the chunks not yet read are unreadable
+            failed[read:] = True
             for row in rows[read:]:
                 dead.append(DeadLetter(task.source, "load", "unreadable", str(err), row["member"], row["chunk"]))
         while pending:
             collect_oldest()
-    if not parts:
-        return LoadedTask({}, dead)
-    chunk = np.concatenate([np.full(len(p[3]), p[1], dtype=np.int32) for p in parts])
-    use = np.concatenate([p[2] for p in parts]).astype(np.int32)
-    pos = np.concatenate([p[3] for p in parts]).astype(np.int32)
-    keys = np.concatenate([np.full(len(p[3]), p[4], dtype=np.uint64) for p in parts])
-    shard, order = shuffle_keys(keys, use, pos, task.params.seed, task.num_shards)
-    # One gather puts every column in shard order; each shard is then a zero-copy slice.
-    by_shard = np.argsort(shard, kind="stable")
-    frame = np.concatenate([p[0] for p in parts])[by_shard]
-    chunk, use, pos, order = chunk[by_shard], use[by_shard], pos[by_shard], order[by_shard]
-    bounds = np.searchsorted(shard[by_shard], np.arange(task.num_shards + 1))
-    schema = shuffle_schema(frame.shape[1])
+    # Columns in shard order; rows of failed chunks (never written) are dropped.
+    keep = ~np.repeat(failed, np.diff(offsets))[by_shard]
+    by_shard_kept = by_shard[keep]
+    if not keep.all():
+        frame = frame[keep]
+        shard_sorted = shard[by_shard_kept]
+    else:
+        shard_sorted = shard[by_shard]
+    chunk, use, pos, order = chunk[by_shard_kept], use[by_shard_kept], pos[by_shard_kept], order[by_shard_kept]
+    bounds = np.searchsorted(shard_sorted, np.arange(task.num_shards + 1))
+    schema = shuffle_schema(record_size)
     source = pa.array([rows[0]["sort_key"]])  # one source per task
     batches = {}
     for s in range(task.num_shards):
@@ -163,9 +204,11 @@ def load_task(task: ReadTask, opener: Opener = default_opener, threads: int = IN
                 pa.DictionaryArray.from_arrays(np.zeros(hi - lo, dtype=np.int32), source).cast(pa.string()),
                 pa.array(chunk[lo:hi]),
                 pa.array(use[lo:hi]),
-                pa.array(pos[lo:hi]),
+                pa.array(pos[lo:hi].astype(np.int32)),
                 pa.array(order[lo:hi]),
             ],
             schema=schema,
         )
-    return LoadedTask(batches, dead, len(parts), uses_written, len(frame))
+    loaded = int((~failed).sum())
+    uses_written = int(sum(row["num_uses"] for row, bad in zip(rows, failed) if not bad))
+    return LoadedTask(batches, dead, loaded, uses_written, len(frame))

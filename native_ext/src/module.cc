@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "chunk_records.h"
 #include "feistel.h"
 #include "keyed_hash.h"
 #include "label_sampling.h"
@@ -163,6 +164,45 @@ PYBIND11_MODULE(_native, m) {
       },
       py::arg("m"), py::arg("k"), py::arg("seed"), py::arg("partition_key"), py::arg("gap"),
       "Algorithm L over one gap: (ascending chosen offsets, number of draws).");
+
+  m.def(
+      "scatter_chunk_records",
+      [](py::buffer compressed, int64_t num_records, int64_t record_size, uint32_t version,
+         py::array_t<int64_t, py::array::c_style | py::array::forcecast> positions,
+         py::array_t<int64_t, py::array::c_style | py::array::forcecast> dest_rows,
+         py::array_t<uint8_t, py::array::c_style> out) -> py::object {
+        py::buffer_info in = compressed.request();
+        if (in.itemsize != 1 || in.ndim != 1) throw shardmill::NativeError("compressed must be a 1-D byte buffer");
+        if (num_records <= 0 || record_size <= 0) throw shardmill::NativeError("num_records and record_size must be > 0");
+        if (positions.size() != dest_rows.size()) throw shardmill::NativeError("positions and dest_rows differ in length");
+        if (out.ndim() != 2 || out.shape(1) != record_size || !out.writeable()) {
+          throw shardmill::NativeError("out must be a writable (rows, record_size) uint8 array");
+        }
+        const int64_t* pos = positions.data();
+        const int64_t* rows = dest_rows.data();
+        const int64_t count = positions.size();
+        for (int64_t i = 0; i < count; ++i) {
+          if (pos[i] < 0 || pos[i] >= num_records) throw shardmill::NativeError("position out of range");
+          if (rows[i] < 0 || rows[i] >= out.shape(0)) throw shardmill::NativeError("destination row out of range");
+        }
+        shardmill::ChunkRecordsSpec spec{static_cast<const uint8_t*>(in.ptr), in.size, num_records, record_size,
+                                         version};
+        uint8_t* out_data = out.mutable_data();
+        arrow::Result<shardmill::ChunkRecordsResult> result;
+        {
+          py::gil_scoped_release release;
+          result = shardmill::ScatterChunkRecords(spec, pos, rows, count, out_data);
+        }
+        shardmill::ChunkRecordsResult value = shardmill::ValueOrThrow(std::move(result), "inflate");
+        if (!value.fast_path) return py::none();
+        return py::int_(value.bad_version_record);
+      },
+      py::arg("compressed"), py::arg("num_records"), py::arg("record_size"), py::arg("version"), py::arg("positions"),
+      py::arg("dest_rows"), py::arg("out"),
+      "Inflates one lc0 chunk into a per-thread buffer (GIL released), checks its size and every record's "
+      "version, and copies record positions[i] to out[dest_rows[i]]. Returns None when the gzip trailer "
+      "does not prove the size (use the streaming path), -1 on success, else the first record with "
+      "another version (nothing copied); raises NativeError when the stream is broken or has another size.");
 
   py::class_<ShardReader>(m, "NativeReader")
       .def(py::init(&MakeReader), py::arg("shards"), py::arg("columns"), py::arg("batch_size"),

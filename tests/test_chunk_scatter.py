@@ -1,0 +1,75 @@
+"""The native chunk kernel: inflate, check, and scatter planned records to their rows."""
+
+import gzip
+import struct
+
+import numpy as np
+import pytest
+
+from shardmill.native_ext import NativeError, _native
+
+RECORD = 16
+VERSION = 6
+
+
+def records(n: int, version: int = VERSION) -> np.ndarray:
+    out = np.random.default_rng(n).integers(0, 256, size=(n, RECORD), dtype=np.uint8)
+    out[:, :4] = np.frombuffer(struct.pack("<I", version), dtype=np.uint8)
+    return out
+
+
+def scatter(compressed: bytes, n: int, positions, rows, out):
+    return _native.scatter_chunk_records(compressed, n, RECORD, VERSION, np.asarray(positions, np.int64),
+                                         np.asarray(rows, np.int64), out)
+
+
+def test_planned_positions_land_on_their_rows():
+    data = records(50)
+    out = np.zeros((4, RECORD), np.uint8)
+    assert scatter(gzip.compress(data.tobytes()), 50, [7, 0, 49, 7], [3, 1, 0, 2], out) == -1
+    np.testing.assert_array_equal(out, data[[49, 0, 7, 7]])
+
+
+def test_scratch_buffer_reuse_across_chunks_of_different_sizes():
+    for n in (300, 5, 120):
+        data = records(n)
+        out = np.zeros((n, RECORD), np.uint8)
+        assert scatter(gzip.compress(data.tobytes()), n, np.arange(n)[::-1], np.arange(n), out) == -1
+        np.testing.assert_array_equal(out, data[::-1])
+
+
+def test_first_record_with_another_version_is_reported_and_nothing_copied():
+    data = records(10)
+    data[4, :4] = np.frombuffer(struct.pack("<I", 5), dtype=np.uint8)
+    out = np.zeros((10, RECORD), np.uint8)
+    assert scatter(gzip.compress(data.tobytes()), 10, np.arange(10), np.arange(10), out) == 4
+    assert not out.any()
+
+
+def test_crc_mismatch_raises():
+    blob = bytearray(gzip.compress(records(10).tobytes()))
+    blob[-8] ^= 0xFF  # CRC32 of the member
+    with pytest.raises(NativeError):
+        scatter(bytes(blob), 10, [0], [0], np.zeros((1, RECORD), np.uint8))
+
+
+def test_size_not_proven_by_the_trailer_defers_to_the_streaming_path():
+    data = records(10)
+    two_members = gzip.compress(data[:4].tobytes()) + gzip.compress(data[4:].tobytes())
+    out = np.zeros((1, RECORD), np.uint8)
+    assert scatter(two_members, 10, [0], [0], out) is None
+    assert scatter(gzip.compress(data.tobytes()), 11, [0], [0], out) is None  # ISIZE says 10 records
+
+
+def test_payload_longer_than_the_index_says_raises():
+    data = records(10)
+    # The last member alone has the indexed size, an earlier member adds more.
+    blob = gzip.compress(data[:3].tobytes()) + gzip.compress(data.tobytes())
+    with pytest.raises(NativeError):
+        scatter(blob, 10, [0], [0], np.zeros((1, RECORD), np.uint8))
+
+
+@pytest.mark.parametrize("positions, rows", [([10], [0]), ([-1], [0]), ([0], [1]), ([0, 1], [0])])
+def test_out_of_range_positions_and_rows_raise(positions, rows):
+    with pytest.raises(NativeError):
+        scatter(gzip.compress(records(10).tobytes()), 10, positions, rows, np.zeros((1, RECORD), np.uint8))
