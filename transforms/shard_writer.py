@@ -29,18 +29,39 @@ def output_schema(record_size: int) -> pa.Schema:
     return shuffle_schema(record_size).remove(shuffle_schema(record_size).get_field_index("order_key"))
 
 
+def _final_order(table: pa.Table) -> np.ndarray:
+    """Row order of a shard: by order key, ties (rare: a 64-bit hash) broken by identity."""
+    keys = table["order_key"].to_numpy()
+    order = np.argsort(keys, kind="stable")
+    if len(keys) > 1 and (np.diff(keys[order]) == 0).any():
+        order = pc.sort_indices(table, sort_keys=[(c, "ascending") for c in ORDER_COLUMNS]).to_numpy()
+    return order
+
+
 def shard_table(batches: list[pa.RecordBatch], record_size: int) -> pa.Table:
-    """The shard's rows in their final order, without the order key."""
+    """The shard's rows in their final order, without the order key.
+
+    The frames are copied once, from the arriving batches straight to their
+    final row (numpy: one memcpy per row, faster than Arrow's take on
+    fixed_size_binary); only the small columns are concatenated first.
+    """
     schema = shuffle_schema(record_size)
-    table = pa.Table.from_batches(batches, schema=schema).combine_chunks()
-    order = pc.sort_indices(table, sort_keys=[(c, "ascending") for c in ORDER_COLUMNS]).to_numpy()
-    # Gather the frames with numpy: one memcpy per row, faster than Arrow's take on fixed_size_binary.
-    frames = table["frame"].chunk(0) if table.num_rows else pa.array([], schema.field("frame").type)
-    frame_bytes = np.frombuffer(frames.buffers()[1], dtype=np.uint8, count=len(frames) * record_size,
-                                offset=frames.offset * record_size).reshape(len(frames), record_size)
-    gathered = np.ascontiguousarray(frame_bytes[order])
-    columns = [pa.FixedSizeBinaryArray.from_buffers(frames.type, len(order), [None, pa.py_buffer(gathered)])]
-    columns += [table[name].take(order) for name in ("source", "chunk", "use_count", "position")]
+    small = pa.Table.from_batches([b.drop_columns(["frame"]) for b in batches],
+                                  schema=schema.remove(schema.get_field_index("frame"))).combine_chunks()
+    order = _final_order(small)
+    final_row = np.empty_like(order)
+    final_row[order] = np.arange(len(order))
+    gathered = np.empty((len(order), record_size), dtype=np.uint8)
+    start = 0
+    for batch in batches:
+        frames = batch.column("frame")
+        rows = np.frombuffer(frames.buffers()[1], dtype=np.uint8, count=len(frames) * record_size,
+                             offset=frames.offset * record_size).reshape(len(frames), record_size)
+        gathered[final_row[start:start + len(frames)]] = rows
+        start += len(frames)
+    columns = [pa.FixedSizeBinaryArray.from_buffers(schema.field("frame").type, len(order),
+                                                    [None, pa.py_buffer(gathered)])]
+    columns += [small[name].take(order) for name in ("source", "chunk", "use_count", "position")]
     return pa.Table.from_arrays(columns, schema=output_schema(record_size))
 
 

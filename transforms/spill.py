@@ -21,6 +21,11 @@ from apache_beam.io.filesystems import FileSystems
 from shardmill.transforms.atomic_io import write_atomically
 
 SPILL_DIR_NAME = ".shardmill-tmp"
+# LZ4 frames: lc0 records shrink ~10x, so writing and reading a spill cost
+# less than moving the raw bytes through the page cache (measured on 8356 B
+# frames: write 0.045 s vs 0.076 s, read 0.013 s vs 0.038 s per 67 MB), and
+# on a cluster the spill is that much less object-store traffic.
+SPILL_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 
 
 def spill_dir(output_dir: str) -> str:
@@ -34,7 +39,7 @@ def write_spill(path: str, batches: dict[int, pa.RecordBatch]) -> list[tuple[int
         return []
 
     def write(f):
-        with pa.ipc.new_file(pa.PythonFile(f, mode="w"), batches[shards[0]].schema) as writer:
+        with pa.ipc.new_file(pa.PythonFile(f, mode="w"), batches[shards[0]].schema, options=SPILL_OPTIONS) as writer:
             for shard in shards:
                 writer.write_batch(batches[shard])
 
