@@ -3,14 +3,24 @@
 Never imported by shardmill; bench_reader.py runs it as
 `PEER_PYTHON benchmarks/bench_peers.py DATASET_DIR WIDTH ROUNDS MAX_ROWS` and
 reads one JSON object: per peer the median seconds and rows/s to read the
-whole dataset (Grain: its first MAX_ROWS rows, as it reads ~100k rows/s
-here), with shuffling on where the peer offers it.
+whole dataset (Grain and Mosaic: their first MAX_ROWS rows, as they read
+~100-300k rows/s here), with shuffling on where the peer offers it.
 
   grain      grain.experimental.ParquetIterDataset per shard, batched
              (Grain reads Parquet sequentially; it has no global shuffle)
   mosaic     streaming.StreamingDataset(shuffle=True) over the same rows
              converted to MDS (conversion not timed)
-  petastorm  petastorm.make_batch_reader(shuffle_row_groups=True) on the Parquet files
+  petastorm  petastorm.make_batch_reader(shuffle_row_groups=True) on the Parquet files,
+             as it comes: whole row groups per batch, frames left as Python bytes
+  petastorm_parity  the same reader doing what shardmill's reader does:
+             shuffle_rows=True, rank 0 of 2 (cur_shard/shard_count), and
+             batches of 256 frames as (256, width) uint8 arrays
+
+Every peer hands out frames in the form a training step can use, except
+`petastorm` (kept to show the raw ceiling of whole-row-group reads).
+Peers missing from this virtualenv are reported as errors, not fatal, so
+one venv can hold Grain + Petastorm and another Mosaic (its torchvision
+import needs a torch it can load).
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -57,15 +68,22 @@ def mosaic_prepare(directory, width):
     return out
 
 
-def mosaic_rows(mds_dir, width, max_rows):  # noqa: ARG001 (reads everything)
+def mosaic_rows(mds_dir, width, max_rows):
     from streaming import StreamingDataset
+    from streaming.base.util import clean_stale_shared_memory
+
+    clean_stale_shared_memory()  # one dataset per round over the same directory
 
     dataset = StreamingDataset(local=mds_dir, shuffle=True, batch_size=BATCH, shuffle_seed=1)
-    rows = 0
-    for sample in dataset:
-        np.frombuffer(sample["frame"], np.uint8)
-        rows += 1
-    return rows
+    rows, pending = 0, []
+    for sample in dataset:  # collate like a DataLoader would: 256 samples -> one (256, width) array
+        pending.append(sample["frame"])
+        if len(pending) == BATCH:
+            rows += len(np.frombuffer(b"".join(pending), np.uint8).reshape(BATCH, width))
+            pending = []
+            if rows >= max_rows:
+                return rows
+    return rows + len(pending)
 
 
 def petastorm_rows(directory, width, max_rows):
@@ -80,11 +98,27 @@ def petastorm_rows(directory, width, max_rows):
     return rows
 
 
+def petastorm_parity_rows(directory, width, max_rows):
+    from petastorm import make_batch_reader
+
+    rows = 0
+    urls = ["file://" + os.path.abspath(f) for f in shard_files(directory)]
+    with make_batch_reader(urls, schema_fields=["frame"], num_epochs=1, shuffle_row_groups=True, shuffle_rows=True,
+                           seed=1, cur_shard=0, shard_count=2, workers_count=2) as reader:
+        for batch in reader:
+            frames = np.frombuffer(b"".join(batch.frame), np.uint8).reshape(-1, width)
+            for start in range(0, len(frames), BATCH):  # views, no copy
+                rows += len(frames[start:start + BATCH])
+    return rows
+
+
 def main():
     directory, width, rounds, max_rows = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     report = {}
     mds = None
-    for name, fn in [("grain", grain_rows), ("mosaic", mosaic_rows), ("petastorm", petastorm_rows)]:
+    peers = [("grain", grain_rows), ("mosaic", mosaic_rows), ("petastorm", petastorm_rows),
+             ("petastorm_parity", petastorm_parity_rows)]
+    for name, fn in peers:
         try:
             source = directory
             if name == "mosaic":
@@ -100,6 +134,8 @@ def main():
                             "mb_per_s": round(rows * width / t / 1e6, 1)}
         except Exception as err:  # a peer that can't run here is reported, not fatal
             report[name] = {"error": f"{type(err).__name__}: {err}"[:300]}
+    if mds:
+        shutil.rmtree(mds, ignore_errors=True)
     print(json.dumps(report))
 
 
