@@ -110,6 +110,25 @@ def test_thread_count_does_not_change_the_stream(output):
     assert (one == four).all()
 
 
+def test_wide_rows_gathered_by_the_consumer_follow_the_same_order(output, tmp_path):
+    # Rows up to 1 KiB are copied into epoch order by the decode threads,
+    # wider ones are gathered by the consumer: the stream must not differ.
+    wide = str(tmp_path / "wide")
+    write_output(wide, N_ROWS, row_group_rows=64, width=2000)
+    settings = dict(batch_size=70, num_epochs=2, seed=8, shard_index=1, shard_count=2)
+    narrow_batches, narrow_ids = epoch_ids(output, **settings)
+    wide_batches, wide_ids = epoch_ids(wide, **settings)
+    assert (narrow_ids == wide_ids).all()
+    for b in wide_batches:
+        assert (b["frame"] == frame_bytes(b["id"], 2000)).all() and (b["record_index"] == b["id"]).all()
+    with ShardReader(wide, columns=["frame", "id"], **settings) as reader:
+        head = [next(reader) for _ in range(13)]
+        state = reader.state()
+    with ShardReader(wide, columns=["frame", "id"], state=state, **settings) as resumed:
+        tail = np.concatenate([b["id"] for b in resumed])
+    assert (np.concatenate([b["id"] for b in head] + [tail]) == wide_ids).all()
+
+
 # ---- checkpoints ----------------------------------------------------------------
 
 @pytest.mark.parametrize("batch_size,stop_after", [(50, 1), (50, 29), (64, 20), (77, 30), (100, 16), (100, 25)])

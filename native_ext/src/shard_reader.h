@@ -3,8 +3,17 @@
 // Order: EpochOrder (row-group permutation + windowed row shuffle per epoch);
 // this rank reads a contiguous slice of every epoch. Decoding: `num_threads`
 // worker threads read whole row groups (selected columns) of the next
-// `prefetch_windows` windows ahead of the consumer; memory is bounded by
-// (prefetch_windows + 1) x window_row_groups x the largest row group's bytes.
+// `prefetch_windows` windows ahead of the consumer, then arrange each window
+// in parts across the threads: locate every row this rank reads through the
+// permutation and, for small rows, copy them into contiguous per-column
+// buffers in epoch order (then batches are plain contiguous copies and the
+// cache-missing gather runs ahead on the workers; the decoded row groups are
+// released as soon as the window is arranged). Wide rows are gathered by
+// the consumer from the decoded groups, one copy. Arranged buffers are
+// reused from window to window (no fresh pages to fault in). Memory is bounded by
+// (prefetch_windows + 1) windows of arranged rows plus the decoded row
+// groups of the windows not yet arranged: at most about
+// 2 x (prefetch_windows + 1) x window_row_groups x the largest row group.
 // State: the consumer's (epoch, position) alone determines everything that
 // follows, whatever the thread count, so a checkpoint is two integers.
 //
@@ -89,11 +98,26 @@ class ShardReader {
  private:
   struct DecodedGroup;
   struct WindowSlot;
+  // Uninitialised bytes that keep their pages across windows.
+  struct RowBuffer {
+    std::unique_ptr<uint8_t[]> data;
+    int64_t capacity = 0;
+  };
+  // Decode row group `index` of the slot's window, or arrange part `index` of it.
+  struct Task {
+    std::shared_ptr<WindowSlot> slot;
+    bool arrange = false;
+    int64_t index = 0;
+  };
 
   explicit ShardReader(ReaderOptions options);
   arrow::Status Init();
   void ScheduleLocked();
   void WorkerLoop();
+  // Copies the rows of part `part` of the slot's arranged range to their place.
+  void ArrangePart(WindowSlot& slot, int64_t part);
+  RowBuffer TakeBufferLocked(int64_t bytes);
+  void RecycleLocked(WindowSlot& slot);
   arrow::Result<std::shared_ptr<DecodedGroup>> Decode(int64_t row_group,
                                                       std::vector<std::unique_ptr<class ShardHandle>>* handles);
   std::shared_ptr<const EpochOrder> OrderFor(int64_t epoch);
@@ -103,7 +127,14 @@ class ShardReader {
   std::vector<int64_t> shard_of_group_;        // global row group -> shard
   std::vector<int64_t> index_in_shard_;        // global row group -> row group within shard
   std::vector<ColumnSpec> columns_;
+  int64_t row_bytes_ = 0;  // of all selected columns
   int64_t rank_rows_ = 0;
+
+  // Windows whose rows take at most this many bytes are copied into epoch
+  // order by the workers; wider rows are copied once, by the consumer.
+  // Measured: 100 B rows 6.3M -> 7.5-8.9M rows/s with the copy; 8356 B
+  // frames 0.47M -> 0.32M rows/s with it.
+  static constexpr int64_t kArrangeCopyMaxRowBytes = 1024;
 
   // Consumer state (the checkpoint).
   int64_t epoch_ = 0;
@@ -114,14 +145,14 @@ class ShardReader {
   std::condition_variable work_ready_;
   std::condition_variable group_done_;
   std::deque<std::shared_ptr<WindowSlot>> slots_;  // windows in consumption order
-  std::deque<std::pair<std::shared_ptr<WindowSlot>, size_t>> tasks_;
+  std::deque<Task> tasks_;
+  std::vector<RowBuffer> spare_buffers_;  // arranged buffers of consumed windows, for reuse
   int64_t next_epoch_ = 0;   // next window to schedule ...
   int64_t next_window_ = 0;  // ... within that epoch
   std::shared_ptr<const EpochOrder> order_cache_;
   bool stopping_ = false;
   std::vector<std::thread> threads_;
 
-  std::vector<RowLocation> locations_;  // consumer scratch: the rows of the current run
 };
 
 }  // namespace shardmill
