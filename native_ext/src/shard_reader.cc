@@ -96,7 +96,7 @@ struct ShardReader::WindowSlot {
   // since a second copy of wide rows costs more than it saves.
   bool copy_rows = false;
   std::vector<RowBuffer> arranged;
-  RowBuffer arranged_locations;             // RowLocation per row (large rows)
+  RowBuffer arranged_locations;             // RowLocation per row
   RowBuffer arranged_index;                 // int64 global record index per row
   int64_t decode_pending = 0;
   int64_t arrange_pending = 0;
@@ -239,9 +239,8 @@ void ShardReader::ScheduleLocked() {
     slot->copy_rows = row_bytes_ <= kArrangeCopyMaxRowBytes;
     if (slot->copy_rows) {
       for (const auto& column : columns_) slot->arranged.push_back(TakeBufferLocked(rows * column.row_bytes));
-    } else {
-      slot->arranged_locations = TakeBufferLocked(rows * static_cast<int64_t>(sizeof(RowLocation)));
     }
+    slot->arranged_locations = TakeBufferLocked(rows * static_cast<int64_t>(sizeof(RowLocation)));
     slot->arranged_index = TakeBufferLocked(rows * static_cast<int64_t>(sizeof(int64_t)));
     slot->decode_pending = static_cast<int64_t>(slot->groups.size());
     slot->arrange_pending = slot->parts;
@@ -313,16 +312,15 @@ void ShardReader::ArrangePart(WindowSlot& slot, int64_t part) {
   // kPrefetchAhead rows ahead keeps many misses in flight (measured: several
   // times faster for 100-byte rows).
   auto* index = reinterpret_cast<int64_t*>(slot.arranged_index.data.get());
-  if (!slot.copy_rows) {
-    auto* locations = reinterpret_cast<RowLocation*>(slot.arranged_locations.data.get());
-    for (int64_t j = begin; j < end; ++j) {
-      locations[j] = slot.layout.Locate(slot.arranged_start + j);
-      index[j] = layout_->row_group_offsets[groups[locations[j].row_group]] + locations[j].row;
-    }
-    return;
+  // In the slot's reused buffer: a per-part vector here was page-faulted in
+  // afresh for every window.
+  RowLocation* const locations = reinterpret_cast<RowLocation*>(slot.arranged_locations.data.get()) + begin;
+  for (int64_t j = begin; j < end; ++j) {
+    const RowLocation loc = slot.layout.Locate(slot.arranged_start + j);
+    locations[j - begin] = loc;
+    index[j] = layout_->row_group_offsets[groups[loc.row_group]] + loc.row;
   }
-  std::vector<RowLocation> locations(static_cast<size_t>(end - begin));
-  for (int64_t j = begin; j < end; ++j) locations[j - begin] = slot.layout.Locate(slot.arranged_start + j);
+  if (!slot.copy_rows) return;
   constexpr int64_t kPrefetchAhead = 16;
   const int64_t count = end - begin;
   for (int64_t j = 0; j < count; ++j) {
@@ -340,7 +338,6 @@ void ShardReader::ArrangePart(WindowSlot& slot, int64_t part) {
       std::memcpy(slot.arranged[c].data.get() + (begin + j) * width, group->column_data[c] + loc.row * width,
                   width);
     }
-    index[begin + j] = layout_->row_group_offsets[groups[loc.row_group]] + loc.row;
   }
 }
 
@@ -366,7 +363,7 @@ void ShardReader::RecycleLocked(WindowSlot& slot) {
   // Only a window no worker touches any more; a skipped one still being
   // arranged is simply freed when its last task drops it.
   if (!slot.ready()) return;
-  const size_t keep = static_cast<size_t>((options_.prefetch_windows + 2) * (columns_.size() + 1));
+  const size_t keep = static_cast<size_t>((options_.prefetch_windows + 2) * (columns_.size() + 2));
   for (auto& buffer : slot.arranged) {
     if (buffer.data && spare_buffers_.size() < keep) spare_buffers_.push_back(std::move(buffer));
   }
