@@ -1,8 +1,9 @@
 """ShardReader: a shardmill output directory as a stream of numpy batches.
 
 The C++ core (shard_reader.cc) decodes Parquet row groups on background
-threads with the GIL released and gathers rows straight into the numpy
-arrays it returns. This module reads and checks the manifest (with
+threads with the GIL released; the same threads put each window's rows in
+epoch order ahead of the consumer (rows of up to 1 KiB are copied there,
+wider rows are gathered straight into the numpy arrays it returns). This module reads and checks the manifest (with
 pyarrow.fs, so local paths and Arrow URIs such as gs:// and s3:// work, and
 without importing Beam, which would cost a second at start-up) and keeps the
 checkpoint state.
@@ -13,9 +14,10 @@ permuted again. Rank `shard_index` of `shard_count` reads a contiguous
 1/shard_count slice of that order: ranks are disjoint, of equal size, and
 together drop fewer than shard_count rows per epoch.
 
-Memory: about (prefetch_windows + 1) x window_row_groups row groups of the
-selected columns are decoded at a time (with shardmill's default 4 MiB row
-groups and the defaults below, ~100 MiB), plus the batches you hold.
+Memory: at most about 2 x (prefetch_windows + 1) x window_row_groups row
+groups of the selected columns (decoded, and arranged in epoch order), with
+shardmill's default 4 MiB row groups and the defaults below ~200 MiB, plus
+the batches you hold.
 """
 
 from __future__ import annotations
