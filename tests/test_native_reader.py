@@ -129,6 +129,23 @@ def test_wide_rows_gathered_by_the_consumer_follow_the_same_order(output, tmp_pa
     assert (np.concatenate([b["id"] for b in head] + [tail]) == wide_ids).all()
 
 
+@pytest.mark.parametrize("width", [600, 1500])
+def test_megabyte_row_groups_decoded_into_recycled_buffers_keep_their_bytes(tmp_path, width):
+    # Row groups of 2000 rows x 600-1500 B: decode buffers of >= 1 MiB go
+    # through the reader's recycling pool and are reused window after window.
+    directory = str(tmp_path / "big")
+    write_output(directory, [6000, 5000], row_group_rows=2000, width=width)
+    with ShardReader(directory, batch_size=500, columns=["frame", "id"], num_epochs=4, seed=2,
+                     window_row_groups=2, prefetch_windows=1) as reader:
+        batches = list(reader)
+    ids = np.concatenate([b["id"] for b in batches])
+    assert len(ids) == 4 * 11000
+    for epoch in range(4):
+        assert sorted(ids[epoch * 11000:(epoch + 1) * 11000].tolist()) == list(range(11000))
+    for b in batches:
+        assert (b["frame"] == frame_bytes(b["id"], width)).all()
+
+
 # ---- checkpoints ----------------------------------------------------------------
 
 @pytest.mark.parametrize("batch_size,stop_after", [(50, 1), (50, 29), (64, 20), (77, 30), (100, 16), (100, 25)])

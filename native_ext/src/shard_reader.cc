@@ -10,19 +10,23 @@
 #include <parquet/file_reader.h>
 
 #include "keyed_hash.h"
+#include "recycling_pool.h"
 
 namespace shardmill {
 
 // One open shard file of one worker thread (FileReader is not shared across threads).
 class ShardHandle {
  public:
-  static arrow::Result<std::unique_ptr<ShardHandle>> Open(const ShardFile& shard) {
+  static arrow::Result<std::unique_ptr<ShardHandle>> Open(const ShardFile& shard,
+                                                          arrow::MemoryPool* pool = arrow::default_memory_pool()) {
     auto handle = std::unique_ptr<ShardHandle>(new ShardHandle());
     handle->path_ = shard.path;
     std::string internal_path;
     ARROW_ASSIGN_OR_RAISE(auto fs, arrow::fs::FileSystemFromUriOrPath(shard.path, &internal_path));
     ARROW_ASSIGN_OR_RAISE(auto input, fs->OpenInputFile(internal_path));
-    ARROW_ASSIGN_OR_RAISE(handle->reader_, parquet::arrow::OpenFile(input, arrow::default_memory_pool()));
+    parquet::arrow::FileReaderBuilder builder;
+    ARROW_RETURN_NOT_OK(builder.Open(input, parquet::ReaderProperties(pool)));  // page buffers from `pool` too
+    ARROW_RETURN_NOT_OK(builder.memory_pool(pool)->Build(&handle->reader_));
     auto metadata = handle->reader_->parquet_reader()->metadata();
     if (metadata->num_row_groups() != static_cast<int>(shard.row_group_rows.size())) {
       return arrow::Status::Invalid("has ", metadata->num_row_groups(), " row groups, the manifest says ",
@@ -98,10 +102,24 @@ struct ShardReader::WindowSlot {
   std::vector<RowBuffer> arranged;
   RowBuffer arranged_locations;             // RowLocation per row
   RowBuffer arranged_index;                 // int64 global record index per row
+  std::vector<char> part_done;  // the consumer waits only for the part it reads
   int64_t decode_pending = 0;
   int64_t arrange_pending = 0;
   arrow::Status status;
   bool ready() const { return decode_pending == 0 && arrange_pending == 0; }
+  int64_t PartBegin(int64_t part) const { return (arranged_end - arranged_start) * part / parts; }
+  // The part holding epoch position `position` (arranged_start <= position < arranged_end).
+  int64_t PartOf(int64_t position) const {
+    const int64_t offset = position - arranged_start;
+    int64_t part = offset * parts / (arranged_end - arranged_start);
+    while (part > 0 && PartBegin(part) > offset) --part;
+    while (part + 1 < parts && PartBegin(part + 1) <= offset) ++part;
+    return part;
+  }
+  // Readable at `position`: decoded and its part arranged, or failed.
+  bool ReadyAt(int64_t position) const {
+    return decode_pending == 0 && (!status.ok() || part_done[static_cast<size_t>(PartOf(position))]);
+  }
 };
 
 namespace {
@@ -159,6 +177,8 @@ arrow::Status ShardReader::Init() {
     }
   }
   layout_ = std::make_shared<DatasetLayout>(std::move(rows));
+  decode_pool_ = std::make_unique<RecyclingPool>(arrow::default_memory_pool(), kRecycleMinBlockBytes,
+                                                 kRecycleMaxCachedBytes);
   rank_rows_ = layout_->num_rows() / o.shard_count;
 
   // Column types come from the first shard; every other shard is checked against them when opened.
@@ -234,8 +254,10 @@ void ShardReader::ScheduleLocked() {
     slot->arranged_start = std::max(slot->layout.start(), lo);
     slot->arranged_end = std::min(slot->layout.end(), hi);
     const int64_t rows = std::max<int64_t>(0, slot->arranged_end - slot->arranged_start);
-    // Parts of at least 4096 rows, up to two per thread so threads finish together.
-    slot->parts = std::min<int64_t>(2 * options_.num_threads, (rows + 4095) / 4096);
+    // Parts of ~kArrangePartRows: the first batch of a window waits for one
+    // part, not the whole window (time to first batch and after a restore).
+    slot->parts = (rows + kArrangePartRows - 1) / kArrangePartRows;
+    slot->part_done.assign(static_cast<size_t>(slot->parts), 0);
     slot->copy_rows = row_bytes_ <= kArrangeCopyMaxRowBytes;
     if (slot->copy_rows) {
       for (const auto& column : columns_) slot->arranged.push_back(TakeBufferLocked(rows * column.row_bytes));
@@ -275,6 +297,7 @@ void ShardReader::WorkerLoop() {
     if (task.arrange) {
       ArrangePart(slot, task.index);  // the decoded groups are immutable by now
       std::lock_guard<std::mutex> lock(mutex_);
+      slot.part_done[static_cast<size_t>(task.index)] = 1;
       if (--slot.arrange_pending == 0 && slot.copy_rows) slot.groups.clear();
       group_done_.notify_all();
       continue;
@@ -290,7 +313,9 @@ void ShardReader::WorkerLoop() {
       }
       if (--slot.decode_pending == 0) {
         if (slot.status.ok()) {
-          for (int64_t part = 0; part < slot.parts; ++part) tasks_.push_back({task.slot, true, part});
+          // Ahead of the decoding of later windows, part 0 first: the
+          // consumer waits for this window (first batch, restore).
+          for (int64_t part = slot.parts - 1; part >= 0; --part) tasks_.push_front({task.slot, true, part});
           schedule_arrange = slot.parts > 0;
         } else {
           slot.arrange_pending = 0;  // the consumer reports the status
@@ -303,9 +328,8 @@ void ShardReader::WorkerLoop() {
 }
 
 void ShardReader::ArrangePart(WindowSlot& slot, int64_t part) {
-  const int64_t rows = slot.arranged_end - slot.arranged_start;
-  const int64_t begin = rows * part / slot.parts;
-  const int64_t end = rows * (part + 1) / slot.parts;
+  const int64_t begin = slot.PartBegin(part);
+  const int64_t end = slot.PartBegin(part + 1);
   const auto& groups = slot.layout.row_groups();
   // Rows are scattered over the whole window (tens of MB), so each copy is a
   // cache miss; locating the part's rows first and prefetching
@@ -383,7 +407,7 @@ arrow::Result<std::shared_ptr<ShardReader::DecodedGroup>> ShardReader::Decode(
   };
   auto& handle = (*handles)[shard];
   if (!handle) {
-    auto opened = ShardHandle::Open(file);
+    auto opened = ShardHandle::Open(file, decode_pool_.get());
     if (!opened.ok()) return in_file(opened.status());
     auto bound = (*opened)->Bind(columns_);
     if (!bound.ok()) return in_file(bound);
@@ -454,12 +478,13 @@ arrow::Status ShardReader::FillNext(const BatchPlan& plan, const std::vector<uin
       if (slot->epoch != epoch_ || slot->arranged_start > target || slot->arranged_end <= target) {
         return arrow::Status::IndexError("window schedule out of step at epoch ", epoch_, " position ", target);
       }
-      group_done_.wait(lock, [&] { return stopping_ || slot->ready(); });
+      group_done_.wait(lock, [&] { return stopping_ || slot->ReadyAt(target); });
       if (stopping_) return arrow::Status::Cancelled("the reader was stopped");
       ARROW_RETURN_NOT_OK(slot->status);
     }
-    // The window is arranged and immutable: copies without the lock.
-    const int64_t run = std::min(plan.rows - done, slot->arranged_end - target);
+    // This part of the window is arranged and immutable: copies without the lock.
+    const int64_t part = slot->PartOf(target);
+    const int64_t run = std::min(plan.rows - done, slot->arranged_start + slot->PartBegin(part + 1) - target);
     const int64_t offset = target - slot->arranged_start;
     if (slot->copy_rows) {
       for (size_t c = 0; c < columns_.size(); ++c) {
