@@ -17,7 +17,8 @@ together drop fewer than shard_count rows per epoch.
 Memory: at most about 2 x (prefetch_windows + 1) x window_row_groups row
 groups of the selected columns (decoded, and arranged in epoch order), with
 shardmill's default 4 MiB row groups and the defaults below ~200 MiB, plus
-the batches you hold.
+up to 256 MiB of freed decode buffers kept for reuse, plus the batches you
+hold.
 """
 
 from __future__ import annotations
