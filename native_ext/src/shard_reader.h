@@ -10,10 +10,12 @@
 // cache-missing gather runs ahead on the workers; the decoded row groups are
 // released as soon as the window is arranged). Wide rows are gathered by
 // the consumer from the decoded groups, one copy. Arranged buffers are
-// reused from window to window (no fresh pages to fault in). Memory is bounded by
-// (prefetch_windows + 1) windows of arranged rows plus the decoded row
-// groups of the windows not yet arranged: at most about
-// 2 x (prefetch_windows + 1) x window_row_groups x the largest row group.
+// reused from window to window (no fresh pages to fault in), and so are
+// freed decode buffers, through a RecyclingPool holding at most
+// kRecycleMaxCachedBytes. Memory is bounded by (prefetch_windows + 1)
+// windows of arranged rows plus the decoded row groups of the windows not
+// yet arranged: at most about 2 x (prefetch_windows + 1) x
+// window_row_groups x the largest row group, plus that cache.
 // State: the consumer's (epoch, position) alone determines everything that
 // follows, whatever the thread count, so a checkpoint is two integers.
 //
