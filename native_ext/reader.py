@@ -34,7 +34,7 @@ import pyarrow.fs as pafs
 from shardmill.native_ext._native import NativeError, NativeReader
 from shardmill.transforms.output_contract import FORMAT_VERSION, MANIFEST_NAME
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: Feistel halves fit odd bit widths (other orders than 1)
 
 
 class OutputError(ValueError):

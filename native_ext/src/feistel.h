@@ -1,9 +1,12 @@
-// A stateless pseudo-random permutation of [0, n): a balanced Feistel network
-// over the smallest even bit width covering n, with cycle walking.
+// A stateless pseudo-random permutation of [0, n): a Feistel network over
+// the smallest bit width b covering n, with cycle walking.
 //
-// Apply(x) costs O(rounds) hash evaluations (expected < 4 cycle-walk steps,
-// since the Feistel domain is < 4n); nothing proportional to n is stored,
-// which is what keeps a reader's per-epoch setup O(1) in the record count.
+// For odd b the halves are unbalanced (floor(b/2) and ceil(b/2) bits, their
+// roles swapping every round), so the domain is 2^b < 2n and a cycle walk
+// takes < 2 encryptions on average. (Rounding b up to an even width, as
+// before, made the domain up to 4n: 89 ns per row at n = 335k, the reader's
+// largest per-row cost on 100-byte rows.) Nothing proportional to n is
+// stored, which keeps a reader's per-epoch setup O(1) in the record count.
 #pragma once
 
 #include <array>
@@ -26,8 +29,8 @@ class FeistelPermutation {
   uint64_t Encrypt(uint64_t x) const;
 
   uint64_t n_;
-  int half_bits_;
-  uint64_t half_mask_;
+  int left_bits_;   // floor(b / 2): the high half of the input
+  int right_bits_;  // ceil(b / 2): the low half
   std::array<uint64_t, kRounds> round_keys_;
 };
 

@@ -28,7 +28,10 @@ arrow::Status RecyclingPool::Allocate(int64_t size, int64_t alignment, uint8_t**
     std::lock_guard<std::mutex> lock(mutex_);
     auto best = cached_.end();
     for (auto it = cached_.begin(); it != cached_.end(); ++it) {
-      if (it->alignment >= alignment && it->capacity >= size && it->capacity <= 2 * size &&
+      // Any block that fits, the smallest first: buffers grow by doubling
+      // (FLBARecordReader::ReserveValues), so a request for 1 MiB that takes
+      // last window's 4 MiB block then grows in place, never faulting pages.
+      if (it->alignment >= alignment && it->capacity >= size &&
           (best == cached_.end() || it->capacity < best->capacity)) {
         best = it;
       }

@@ -6,7 +6,7 @@
 // kernel zeroing them was the largest single cost of reading 100-byte rows
 // (`clear_page_erms` from FLBARecordReader::ReserveValues under perf). This
 // pool hands a freed block of at least `min_block_bytes` to the next large
-// request that fits in it (up to twice its size), holding at most
+// request that fits in it (the smallest such block), holding at most
 // `max_cached_bytes` of freed blocks; everything else goes to the upstream
 // pool. Thread-safe.
 #pragma once
