@@ -3,10 +3,10 @@
 The C++ core (shard_reader.cc) decodes Parquet row groups on background
 threads with the GIL released; the same threads put each window's rows in
 epoch order ahead of the consumer (rows of up to 1 KiB are copied there,
-wider rows are gathered straight into the numpy arrays it returns). This module reads and checks the manifest (with
-pyarrow.fs, so local paths and Arrow URIs such as gs:// and s3:// work, and
-without importing Beam, which would cost a second at start-up) and keeps the
-checkpoint state.
+wider rows are gathered straight into the numpy arrays it returns). This
+module reads and checks the manifest (with pyarrow.fs, so local paths and
+Arrow URIs such as gs:// and s3:// work, and without importing Beam, which
+would cost a second at start-up) and keeps the checkpoint state.
 
 Order (per epoch, from (seed, epoch) only): a Feistel permutation of all row
 groups, cut into windows of `window_row_groups` row groups whose rows are

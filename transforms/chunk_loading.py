@@ -125,8 +125,8 @@ def _plan_emissions(rows: list[dict], params, num_shards: int):
     offsets = np.concatenate([[0], np.cumsum(counts)])
     chunk = np.repeat(np.array([row["chunk"] for row in rows], dtype=np.int32), counts)
     keys = np.repeat(np.array([row["chunk_key"] for row in rows], dtype=np.uint64), counts)
-    use = np.concatenate([u for u, _ in emitted]).astype(np.int32) if rows else np.zeros(0, np.int32)
-    pos = np.concatenate([p for _, p in emitted]).astype(np.int64) if rows else np.zeros(0, np.int64)
+    use = np.concatenate([u for u, _ in emitted]).astype(np.int32)
+    pos = np.concatenate([p for _, p in emitted]).astype(np.int64)
     shard, order = shuffle_keys(keys, use, pos, params.seed, num_shards)
     return chunk, use, pos, order, shard, offsets
 
@@ -182,14 +182,11 @@ def load_task(task: ReadTask, opener: Opener = default_opener, threads: int = IN
             collect_oldest()
     # Columns in shard order; rows of failed chunks (never written) are dropped.
     keep = ~np.repeat(failed, np.diff(offsets))[by_shard]
-    by_shard_kept = by_shard[keep]
     if not keep.all():
         frame = frame[keep]
-        shard_sorted = shard[by_shard_kept]
-    else:
-        shard_sorted = shard[by_shard]
-    chunk, use, pos, order = chunk[by_shard_kept], use[by_shard_kept], pos[by_shard_kept], order[by_shard_kept]
-    bounds = np.searchsorted(shard_sorted, np.arange(task.num_shards + 1))
+    by_shard = by_shard[keep]
+    chunk, use, pos, order = chunk[by_shard], use[by_shard], pos[by_shard], order[by_shard]
+    bounds = np.searchsorted(shard[by_shard], np.arange(task.num_shards + 1))
     schema = shuffle_schema(record_size)
     source = pa.array([rows[0]["sort_key"]])  # one source per task
     batches = {}

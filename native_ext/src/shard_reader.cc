@@ -331,10 +331,6 @@ void ShardReader::ArrangePart(WindowSlot& slot, int64_t part) {
   const int64_t begin = slot.PartBegin(part);
   const int64_t end = slot.PartBegin(part + 1);
   const auto& groups = slot.layout.row_groups();
-  // Rows are scattered over the whole window (tens of MB), so each copy is a
-  // cache miss; locating the part's rows first and prefetching
-  // kPrefetchAhead rows ahead keeps many misses in flight (measured: several
-  // times faster for 100-byte rows).
   auto* index = reinterpret_cast<int64_t*>(slot.arranged_index.data.get());
   // In the slot's reused buffer: a per-part vector here was page-faulted in
   // afresh for every window.
@@ -345,8 +341,20 @@ void ShardReader::ArrangePart(WindowSlot& slot, int64_t part) {
     index[j] = layout_->row_group_offsets[groups[loc.row_group]] + loc.row;
   }
   if (!slot.copy_rows) return;
+  std::vector<uint8_t*> dest;
+  for (size_t c = 0; c < columns_.size(); ++c) {
+    dest.push_back(slot.arranged[c].data.get() + begin * columns_[c].row_bytes);
+  }
+  GatherRows(slot, locations, end - begin, dest);
+}
+
+void ShardReader::GatherRows(const WindowSlot& slot, const RowLocation* locations, int64_t count,
+                             const std::vector<uint8_t*>& dest) const {
+  // Rows are scattered over the whole window (tens of MB), so each copy is a
+  // cache miss; with the locations known, prefetching kPrefetchAhead rows
+  // ahead keeps many misses in flight (measured: several times faster for
+  // 100-byte rows).
   constexpr int64_t kPrefetchAhead = 16;
-  const int64_t count = end - begin;
   for (int64_t j = 0; j < count; ++j) {
     if (j + kPrefetchAhead < count) {
       const RowLocation& ahead = locations[j + kPrefetchAhead];
@@ -359,8 +367,7 @@ void ShardReader::ArrangePart(WindowSlot& slot, int64_t part) {
     const auto& group = slot.groups[loc.row_group];
     for (size_t c = 0; c < columns_.size(); ++c) {
       const int64_t width = columns_[c].row_bytes;
-      std::memcpy(slot.arranged[c].data.get() + (begin + j) * width, group->column_data[c] + loc.row * width,
-                  width);
+      std::memcpy(dest[c] + j * width, group->column_data[c] + loc.row * width, width);
     }
   }
 }
@@ -492,14 +499,9 @@ arrow::Status ShardReader::FillNext(const BatchPlan& plan, const std::vector<uin
         std::memcpy(buffers[c] + done * width, slot->arranged[c].data.get() + offset * width, run * width);
       }
     } else {
-      const auto* locations = reinterpret_cast<const RowLocation*>(slot->arranged_locations.data.get()) + offset;
-      for (int64_t j = 0; j < run; ++j) {
-        const auto& group = slot->groups[locations[j].row_group];
-        for (size_t c = 0; c < columns_.size(); ++c) {
-          const int64_t width = columns_[c].row_bytes;
-          std::memcpy(buffers[c] + (done + j) * width, group->column_data[c] + locations[j].row * width, width);
-        }
-      }
+      std::vector<uint8_t*> dest;
+      for (size_t c = 0; c < columns_.size(); ++c) dest.push_back(buffers[c] + done * columns_[c].row_bytes);
+      GatherRows(*slot, reinterpret_cast<const RowLocation*>(slot->arranged_locations.data.get()) + offset, run, dest);
     }
     const auto* index = reinterpret_cast<const int64_t*>(slot->arranged_index.data.get()) + offset;
     std::memcpy(record_index + done, index, run * sizeof(int64_t));

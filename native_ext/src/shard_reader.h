@@ -120,6 +120,10 @@ class ShardReader {
   void WorkerLoop();
   // Copies the rows of part `part` of the slot's arranged range to their place.
   void ArrangePart(WindowSlot& slot, int64_t part);
+  // Copies the rows at `locations` (in the slot's decoded groups) to
+  // consecutive rows starting at dest[c], per column.
+  void GatherRows(const WindowSlot& slot, const RowLocation* locations, int64_t count,
+                  const std::vector<uint8_t*>& dest) const;
   RowBuffer TakeBufferLocked(int64_t bytes);
   void RecycleLocked(WindowSlot& slot);
   arrow::Result<std::shared_ptr<DecodedGroup>> Decode(int64_t row_group,
