@@ -54,6 +54,17 @@ def test_feistel_permutation_is_a_bijection_at_the_edge_sizes(k):
         assert len(np.unique(image)) == n and image.max() == n - 1, n
 
 
+@pytest.mark.parametrize("n", [1, 2, 3, 255, 256, 257, 1000, 2**16 + 1, 335_544])
+def test_feistel_blocked_evaluation_matches_one_position_at_a_time(n):
+    # The reader evaluates runs of positions in blocks (ApplyRange); the scalar Apply is the reference.
+    for key in (1, 2**63 + 12345):
+        reference = _native.feistel_permutation(n, key, one_at_a_time=True)
+        assert (_native.feistel_permutation(n, key) == reference).all()
+        first = n // 3
+        count = n - first - n // 5
+        assert (_native.feistel_permutation(n, key, first, count) == reference[first:first + count]).all()
+
+
 def test_feistel_permutation_depends_on_the_key_and_is_not_identity():
     a, b = _native.feistel_permutation(1000, 1), _native.feistel_permutation(1000, 2)
     assert (a != b).any() and (a != np.arange(1000)).sum() > 900

@@ -21,12 +21,32 @@ EpochWindow::EpochWindow(const DatasetLayout& layout, std::vector<int64_t> row_g
   rows_ = group_starts_.back();
 }
 
-RowLocation EpochWindow::Locate(int64_t position) const {
-  uint64_t offset = static_cast<uint64_t>(position - start_);
-  if (order_) offset = order_->Apply(offset);
-  auto it = std::upper_bound(group_starts_.begin(), group_starts_.end(), static_cast<int64_t>(offset));
-  int64_t index = static_cast<int64_t>(it - group_starts_.begin()) - 1;
-  return {index, static_cast<int64_t>(offset) - group_starts_[index]};
+void EpochWindow::LocateRange(int64_t first, int64_t count, RowLocation* out) const {
+  constexpr int64_t kBlock = 1024;
+  uint64_t offsets[kBlock];
+  const int64_t groups = static_cast<int64_t>(row_groups_.size());
+  for (int64_t done = 0; done < count; done += kBlock) {
+    const int64_t m = std::min(kBlock, count - done);
+    const uint64_t offset = static_cast<uint64_t>(first + done - start_);
+    if (order_) {
+      order_->ApplyRange(offset, m, offsets);
+    } else {
+      for (int64_t i = 0; i < m; ++i) offsets[i] = offset + static_cast<uint64_t>(i);
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t row = static_cast<int64_t>(offsets[i]);
+      int64_t index;
+      if (groups <= 16) {
+        // Branch-free count of the groups starting at or before the row: a
+        // binary search mispredicts on every row of a shuffled window.
+        index = 0;
+        for (int64_t g = 1; g < groups; ++g) index += row >= group_starts_[g];
+      } else {
+        index = std::upper_bound(group_starts_.begin(), group_starts_.end(), row) - group_starts_.begin() - 1;
+      }
+      out[done + i] = {index, row - group_starts_[index]};
+    }
+  }
 }
 
 EpochOrder::EpochOrder(std::shared_ptr<const DatasetLayout> layout, uint64_t seed, int64_t epoch,

@@ -42,9 +42,9 @@ class EpochWindow {
   int64_t start() const { return start_; }
   int64_t end() const { return start_ + rows_; }
   const std::vector<int64_t>& row_groups() const { return row_groups_; }
-  // Where epoch position `position` (start() <= position < end()) lives, as
-  // (index into row_groups(), row).
-  RowLocation Locate(int64_t position) const;
+  // Where epoch positions first, ..., first + count - 1 (all within
+  // [start(), end())) live, as (index into row_groups(), row), into out.
+  void LocateRange(int64_t first, int64_t count, RowLocation* out) const;
 
  private:
   std::vector<int64_t> row_groups_;

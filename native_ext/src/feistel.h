@@ -24,6 +24,12 @@ class FeistelPermutation {
   uint64_t size() const { return n_; }
   // The image of x; requires x < size().
   uint64_t Apply(uint64_t x) const;
+  // The images of first, first + 1, ..., first + count - 1 into out (the
+  // same values as Apply), a block of positions at a time: the rounds of
+  // many positions overlap and vectorise instead of forming one dependent
+  // chain per position (33 -> ~3 ns per row at n = 335k). Requires
+  // first + count <= size().
+  void ApplyRange(uint64_t first, int64_t count, uint64_t* out) const;
 
  private:
   uint64_t Encrypt(uint64_t x) const;

@@ -123,17 +123,27 @@ PYBIND11_MODULE(_native, m) {
 
   m.def(
       "feistel_permutation",
-      [](uint64_t n, uint64_t key) {
-        py::array_t<uint64_t> out(static_cast<py::ssize_t>(n));
+      [](uint64_t n, uint64_t key, int64_t first, int64_t count, bool one_at_a_time) {
+        if (count < 0) count = static_cast<int64_t>(n) - first;
+        if (first < 0 || count < 0 || static_cast<uint64_t>(first + count) > n) {
+          throw py::value_error("positions out of range");
+        }
+        py::array_t<uint64_t> out(static_cast<py::ssize_t>(count));
         uint64_t* data = out.mutable_data();
         {
           py::gil_scoped_release release;
           shardmill::FeistelPermutation permutation(n, key);
-          for (uint64_t i = 0; i < n; ++i) data[i] = permutation.Apply(i);
+          if (one_at_a_time) {
+            for (int64_t i = 0; i < count; ++i) data[i] = permutation.Apply(static_cast<uint64_t>(first + i));
+          } else {
+            permutation.ApplyRange(static_cast<uint64_t>(first), count, data);
+          }
         }
         return out;
       },
-      py::arg("n"), py::arg("key"), "The images of 0..n-1 under the reader's Feistel permutation.");
+      py::arg("n"), py::arg("key"), py::arg("first") = 0, py::arg("count") = -1, py::arg("one_at_a_time") = false,
+      "The images of first..first+count-1 (default: all of 0..n-1) under the reader's Feistel permutation;\n"
+      "one_at_a_time uses the scalar Apply (the reference the blocked ApplyRange must match).");
 
   m.def(
       "sample_labels",

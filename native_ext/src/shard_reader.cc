@@ -335,10 +335,12 @@ void ShardReader::ArrangePart(WindowSlot& slot, int64_t part) {
   // In the slot's reused buffer: a per-part vector here was page-faulted in
   // afresh for every window.
   RowLocation* const locations = reinterpret_cast<RowLocation*>(slot.arranged_locations.data.get()) + begin;
+  slot.layout.LocateRange(slot.arranged_start + begin, end - begin, locations);
+  std::vector<int64_t> group_offsets;  // global index of each of the window's groups' first row
+  for (int64_t g : groups) group_offsets.push_back(layout_->row_group_offsets[g]);
   for (int64_t j = begin; j < end; ++j) {
-    const RowLocation loc = slot.layout.Locate(slot.arranged_start + j);
-    locations[j - begin] = loc;
-    index[j] = layout_->row_group_offsets[groups[loc.row_group]] + loc.row;
+    const RowLocation& loc = locations[j - begin];
+    index[j] = group_offsets[loc.row_group] + loc.row;
   }
   if (!slot.copy_rows) return;
   std::vector<uint8_t*> dest;
