@@ -8,22 +8,33 @@ namespace shardmill {
 RecyclingPool::RecyclingPool(arrow::MemoryPool* upstream, int64_t min_block_bytes, int64_t max_cached_bytes)
     : upstream_(upstream), min_block_bytes_(min_block_bytes), max_cached_bytes_(max_cached_bytes) {}
 
-RecyclingPool::~RecyclingPool() {
-  for (const Block& block : cached_) upstream_->Free(block.data, block.capacity, block.alignment);
-}
+RecyclingPool::~RecyclingPool() = default;
 
 int64_t RecyclingPool::cached_bytes() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return cached_bytes_;
 }
 
-int64_t RecyclingPool::CapacityLocked(uint8_t* data, int64_t size) {
-  auto it = capacity_.find(data);
-  return it == capacity_.end() ? size : it->second;
+int64_t RecyclingPool::bytes_allocated() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return upstream_->bytes_allocated() + in_use_bytes_;
+}
+
+int64_t RecyclingPool::total_bytes_allocated() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return upstream_->total_bytes_allocated() + total_large_bytes_;
+}
+
+int64_t RecyclingPool::num_allocations() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return upstream_->num_allocations() + large_allocations_;
 }
 
 arrow::Status RecyclingPool::Allocate(int64_t size, int64_t alignment, uint8_t** out) {
-  if (size < min_block_bytes_) return upstream_->Allocate(size, alignment, out);
+  if (size < min_block_bytes_ || alignment > LargeBuffer::kHugePageBytes) {
+    return upstream_->Allocate(size, alignment, out);
+  }
+  LargeBuffer block;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto best = cached_.end();
@@ -31,35 +42,35 @@ arrow::Status RecyclingPool::Allocate(int64_t size, int64_t alignment, uint8_t**
       // Any block that fits, the smallest first: buffers grow by doubling
       // (FLBARecordReader::ReserveValues), so a request for 1 MiB that takes
       // last window's 4 MiB block then grows in place, never faulting pages.
-      if (it->alignment >= alignment && it->capacity >= size &&
-          (best == cached_.end() || it->capacity < best->capacity)) {
-        best = it;
-      }
+      if (it->capacity() >= size && (best == cached_.end() || it->capacity() < best->capacity())) best = it;
     }
     if (best != cached_.end()) {
-      *out = best->data;
-      capacity_[best->data] = best->capacity;
-      cached_bytes_ -= best->capacity;
+      block = std::move(*best);
       cached_.erase(best);
-      return arrow::Status::OK();
+      cached_bytes_ -= block.capacity();
     }
   }
-  ARROW_RETURN_NOT_OK(upstream_->Allocate(size, alignment, out));
+  if (!block.data()) {
+    block = LargeBuffer::TryAllocate(size);
+    if (!block.data()) return arrow::Status::OutOfMemory("could not map ", size, " bytes");
+  }
+  *out = block.data();
   std::lock_guard<std::mutex> lock(mutex_);
-  capacity_[*out] = size;
+  in_use_bytes_ += block.capacity();
+  total_large_bytes_ += block.capacity();
+  ++large_allocations_;
+  in_use_.emplace(block.data(), std::move(block));
   return arrow::Status::OK();
 }
 
 arrow::Status RecyclingPool::Reallocate(int64_t old_size, int64_t new_size, int64_t alignment, uint8_t** ptr) {
-  int64_t capacity;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    capacity = CapacityLocked(*ptr, old_size);
-    const bool tracked = capacity_.count(*ptr) > 0;
-    if (!tracked && new_size < min_block_bytes_) {
+    auto it = in_use_.find(*ptr);
+    if (it == in_use_.end() && new_size < min_block_bytes_) {
       return upstream_->Reallocate(old_size, new_size, alignment, ptr);
     }
-    if (tracked && new_size <= capacity) return arrow::Status::OK();  // fits in place
+    if (it != in_use_.end() && new_size <= it->second.capacity()) return arrow::Status::OK();  // fits in place
   }
   uint8_t* moved = nullptr;
   ARROW_RETURN_NOT_OK(Allocate(new_size, alignment, &moved));
@@ -70,21 +81,22 @@ arrow::Status RecyclingPool::Reallocate(int64_t old_size, int64_t new_size, int6
 }
 
 void RecyclingPool::Free(uint8_t* buffer, int64_t size, int64_t alignment) {
-  int64_t capacity = size;
+  LargeBuffer released;  // unmapped after the lock is dropped, if not kept
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = capacity_.find(buffer);
-    if (it != capacity_.end()) {
-      capacity = it->second;
-      capacity_.erase(it);
-      if (cached_bytes_ + capacity <= max_cached_bytes_) {
-        cached_.push_back({buffer, capacity, alignment});
-        cached_bytes_ += capacity;
-        return;
-      }
+    auto it = in_use_.find(buffer);
+    if (it == in_use_.end()) {
+      upstream_->Free(buffer, size, alignment);
+      return;
+    }
+    released = std::move(it->second);
+    in_use_.erase(it);
+    in_use_bytes_ -= released.capacity();
+    if (cached_bytes_ + released.capacity() <= max_cached_bytes_) {
+      cached_bytes_ += released.capacity();
+      cached_.push_back(std::move(released));
     }
   }
-  upstream_->Free(buffer, capacity, alignment);
 }
 
 }  // namespace shardmill

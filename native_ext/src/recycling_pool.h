@@ -8,7 +8,8 @@
 // pool hands a freed block of at least `min_block_bytes` to the next large
 // request that fits in it (the smallest such block), holding at most
 // `max_cached_bytes` of freed blocks; everything else goes to the upstream
-// pool. Thread-safe.
+// pool. Large blocks are LargeBuffers (huge pages, whole 2 MiB multiples,
+// so a growing buffer more often fits in place). Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,8 @@
 #include <vector>
 
 #include <arrow/memory_pool.h>
+
+#include "large_buffer.h"
 
 namespace shardmill {
 
@@ -29,29 +32,24 @@ class RecyclingPool : public arrow::MemoryPool {
   arrow::Status Allocate(int64_t size, int64_t alignment, uint8_t** out) override;
   arrow::Status Reallocate(int64_t old_size, int64_t new_size, int64_t alignment, uint8_t** ptr) override;
   void Free(uint8_t* buffer, int64_t size, int64_t alignment) override;
-  int64_t bytes_allocated() const override { return upstream_->bytes_allocated(); }
-  int64_t total_bytes_allocated() const override { return upstream_->total_bytes_allocated(); }
-  int64_t num_allocations() const override { return upstream_->num_allocations(); }
+  int64_t bytes_allocated() const override;
+  int64_t total_bytes_allocated() const override;
+  int64_t num_allocations() const override;
   std::string backend_name() const override { return "recycling(" + upstream_->backend_name() + ")"; }
   // Bytes of freed blocks held for reuse.
   int64_t cached_bytes() const;
 
  private:
-  struct Block {
-    uint8_t* data;
-    int64_t capacity;
-    int64_t alignment;
-  };
-  // The true capacity of a block handed out (requests may be smaller).
-  int64_t CapacityLocked(uint8_t* data, int64_t size);
-
   arrow::MemoryPool* upstream_;
   const int64_t min_block_bytes_;
   const int64_t max_cached_bytes_;
   mutable std::mutex mutex_;
-  std::vector<Block> cached_;
+  std::vector<LargeBuffer> cached_;
   int64_t cached_bytes_ = 0;
-  std::unordered_map<uint8_t*, int64_t> capacity_;  // large blocks in use -> capacity
+  std::unordered_map<uint8_t*, LargeBuffer> in_use_;  // large blocks handed out, by address
+  int64_t in_use_bytes_ = 0;
+  int64_t total_large_bytes_ = 0;
+  int64_t large_allocations_ = 0;
 };
 
 }  // namespace shardmill

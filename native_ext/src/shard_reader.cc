@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 #include <tuple>
 
 #include <arrow/filesystem/api.h>
@@ -331,10 +332,10 @@ void ShardReader::ArrangePart(WindowSlot& slot, int64_t part) {
   const int64_t begin = slot.PartBegin(part);
   const int64_t end = slot.PartBegin(part + 1);
   const auto& groups = slot.layout.row_groups();
-  auto* index = reinterpret_cast<int64_t*>(slot.arranged_index.data.get());
+  auto* index = reinterpret_cast<int64_t*>(slot.arranged_index.data());
   // In the slot's reused buffer: a per-part vector here was page-faulted in
   // afresh for every window.
-  RowLocation* const locations = reinterpret_cast<RowLocation*>(slot.arranged_locations.data.get()) + begin;
+  RowLocation* const locations = reinterpret_cast<RowLocation*>(slot.arranged_locations.data()) + begin;
   slot.layout.LocateRange(slot.arranged_start + begin, end - begin, locations);
   std::vector<int64_t> group_offsets;  // global index of each of the window's groups' first row
   for (int64_t g : groups) group_offsets.push_back(layout_->row_group_offsets[g]);
@@ -345,7 +346,7 @@ void ShardReader::ArrangePart(WindowSlot& slot, int64_t part) {
   if (!slot.copy_rows) return;
   std::vector<uint8_t*> dest;
   for (size_t c = 0; c < columns_.size(); ++c) {
-    dest.push_back(slot.arranged[c].data.get() + begin * columns_[c].row_bytes);
+    dest.push_back(slot.arranged[c].data() + begin * columns_[c].row_bytes);
   }
   GatherRows(slot, locations, end - begin, dest);
 }
@@ -379,16 +380,15 @@ ShardReader::RowBuffer ShardReader::TakeBufferLocked(int64_t bytes) {
   // faulted in once and reused by later windows).
   auto best = spare_buffers_.end();
   for (auto it = spare_buffers_.begin(); it != spare_buffers_.end(); ++it) {
-    if (it->capacity >= bytes && (best == spare_buffers_.end() || it->capacity < best->capacity)) best = it;
+    if (it->capacity() >= bytes && (best == spare_buffers_.end() || it->capacity() < best->capacity())) best = it;
   }
   if (best != spare_buffers_.end()) {
     RowBuffer buffer = std::move(*best);
     spare_buffers_.erase(best);
     return buffer;
   }
-  RowBuffer buffer;
-  buffer.capacity = std::max<int64_t>(bytes, 1);
-  buffer.data.reset(new uint8_t[static_cast<size_t>(buffer.capacity)]);
+  RowBuffer buffer = LargeBuffer::TryAllocate(bytes);
+  if (!buffer.data()) throw std::bad_alloc();  // the binding raises MemoryError
   return buffer;
 }
 
@@ -398,10 +398,10 @@ void ShardReader::RecycleLocked(WindowSlot& slot) {
   if (!slot.ready()) return;
   const size_t keep = static_cast<size_t>((options_.prefetch_windows + 2) * (columns_.size() + 2));
   for (auto& buffer : slot.arranged) {
-    if (buffer.data && spare_buffers_.size() < keep) spare_buffers_.push_back(std::move(buffer));
+    if (buffer.data() && spare_buffers_.size() < keep) spare_buffers_.push_back(std::move(buffer));
   }
   for (RowBuffer* buffer : {&slot.arranged_index, &slot.arranged_locations}) {
-    if (buffer->data && spare_buffers_.size() < keep) spare_buffers_.push_back(std::move(*buffer));
+    if (buffer->data() && spare_buffers_.size() < keep) spare_buffers_.push_back(std::move(*buffer));
   }
   slot.arranged.clear();
   slot.groups.clear();
@@ -498,14 +498,14 @@ arrow::Status ShardReader::FillNext(const BatchPlan& plan, const std::vector<uin
     if (slot->copy_rows) {
       for (size_t c = 0; c < columns_.size(); ++c) {
         const int64_t width = columns_[c].row_bytes;
-        std::memcpy(buffers[c] + done * width, slot->arranged[c].data.get() + offset * width, run * width);
+        std::memcpy(buffers[c] + done * width, slot->arranged[c].data() + offset * width, run * width);
       }
     } else {
       std::vector<uint8_t*> dest;
       for (size_t c = 0; c < columns_.size(); ++c) dest.push_back(buffers[c] + done * columns_[c].row_bytes);
-      GatherRows(*slot, reinterpret_cast<const RowLocation*>(slot->arranged_locations.data.get()) + offset, run, dest);
+      GatherRows(*slot, reinterpret_cast<const RowLocation*>(slot->arranged_locations.data()) + offset, run, dest);
     }
-    const auto* index = reinterpret_cast<const int64_t*>(slot->arranged_index.data.get()) + offset;
+    const auto* index = reinterpret_cast<const int64_t*>(slot->arranged_index.data()) + offset;
     std::memcpy(record_index + done, index, run * sizeof(int64_t));
     for (int64_t j = 0; j < run; ++j) {
       record_seed[done + j] = HashWords(options_.seed, kStreamRecordSeed, {static_cast<uint64_t>(index[j])});

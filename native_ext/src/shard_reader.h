@@ -12,7 +12,8 @@
 // the consumer from the decoded groups, one copy. Arranged buffers are
 // reused from window to window (no fresh pages to fault in), and so are
 // freed decode buffers, through a RecyclingPool holding at most
-// kRecycleMaxCachedBytes. Memory is bounded by (prefetch_windows + 1)
+// kRecycleMaxCachedBytes; both are LargeBuffers on huge pages, so the
+// windows a new reader faults in cost few faults. Memory is bounded by (prefetch_windows + 1)
 // windows of arranged rows plus the decoded row groups of the windows not
 // yet arranged: at most about 2 x (prefetch_windows + 1) x
 // window_row_groups x the largest row group, plus that cache.
@@ -35,6 +36,7 @@
 #include <arrow/api.h>
 
 #include "epoch_order.h"
+#include "large_buffer.h"
 
 namespace shardmill {
 
@@ -103,10 +105,7 @@ class ShardReader {
   struct DecodedGroup;
   struct WindowSlot;
   // Uninitialised bytes that keep their pages across windows.
-  struct RowBuffer {
-    std::unique_ptr<uint8_t[]> data;
-    int64_t capacity = 0;
-  };
+  using RowBuffer = LargeBuffer;
   // Decode row group `index` of the slot's window, or arrange part `index` of it.
   struct Task {
     std::shared_ptr<WindowSlot> slot;
