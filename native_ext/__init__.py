@@ -7,10 +7,11 @@ libraries into the process before the extension needs them.
 
 import pyarrow as _pyarrow  # noqa: F401  (loads libarrow/libparquet first)
 
-from shardmill.native_ext._native import BUILT_AGAINST_PYARROW, NativeError, self_check
+from shardmill.native_ext._native import (BUILT_AGAINST_PYARROW, NativeError, cached_memory_bytes, release_cached_memory,
+                                          self_check)
 
-__all__ = ["BUILT_AGAINST_PYARROW", "NativeError", "OutputError", "ShardReader", "check_pyarrow_match",
-           "load_manifest", "self_check"]
+__all__ = ["BUILT_AGAINST_PYARROW", "NativeError", "OutputError", "ShardReader", "cached_memory_bytes",
+           "check_pyarrow_match", "load_manifest", "release_cached_memory", "self_check"]
 
 
 def check_pyarrow_match() -> None:

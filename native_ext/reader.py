@@ -17,8 +17,10 @@ together drop fewer than shard_count rows per epoch.
 Memory: at most about 2 x (prefetch_windows + 1) x window_row_groups row
 groups of the selected columns (decoded, and arranged in epoch order), with
 shardmill's default 4 MiB row groups and the defaults below ~200 MiB, plus
-up to 256 MiB of freed decode buffers kept for reuse, plus the batches you
-hold.
+the batches you hold. Window buffers freed by a reader stay mapped in a
+process-wide cache of at most 512 MiB, so the next window and the next
+reader (a PyTorch iterator per epoch makes one) reuse pages already faulted
+in; `release_cached_memory()` unmaps them.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from shardmill import native_ext
 from shardmill.native_ext import OutputError, ShardReader, _native
 from shardmill.native_ext.reader import frames_as
 from shardmill.transforms.lc0_format import V6_DTYPE
@@ -155,6 +156,27 @@ def test_megabyte_row_groups_decoded_into_recycled_buffers_keep_their_bytes(tmp_
         assert sorted(ids[epoch * 11000:(epoch + 1) * 11000].tolist()) == list(range(11000))
     for b in batches:
         assert (b["frame"] == frame_bytes(b["id"], width)).all()
+
+
+def test_a_second_reader_reuses_the_window_buffers_a_closed_reader_gave_back(tmp_path):
+    # Freed window buffers stay mapped in a bounded process-wide cache (the
+    # next reader, e.g. a PyTorch iterator per epoch, faults no fresh pages);
+    # release_cached_memory() unmaps them.
+    directory = str(tmp_path / "big")
+    write_output(directory, [6000, 5000], row_group_rows=2000, width=600)
+    native_ext.release_cached_memory()
+    settings = dict(batch_size=500, columns=["frame", "id"], seed=2, window_row_groups=2, prefetch_windows=1)
+    with ShardReader(directory, **settings) as reader:
+        first = [b["id"] for b in reader]
+    cached = native_ext.cached_memory_bytes()
+    assert 0 < cached <= 512 << 20
+    with ShardReader(directory, **settings) as reader:
+        second = [next(reader)["id"]]
+        assert native_ext.cached_memory_bytes() < cached  # its windows took cached buffers
+        second += [b["id"] for b in reader]
+    assert (np.concatenate(first) == np.concatenate(second)).all()
+    cached = native_ext.cached_memory_bytes()
+    assert native_ext.release_cached_memory() == cached and native_ext.cached_memory_bytes() == 0
 
 
 # ---- checkpoints ----------------------------------------------------------------

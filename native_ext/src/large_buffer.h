@@ -1,14 +1,19 @@
-// LargeBuffer: a move-only block of memory backed by transparent huge pages
-// where the kernel offers them.
+// LargeBuffer: a move-only block of memory on transparent huge pages where
+// the kernel offers them, recycled through one cache per process.
 //
-// The reader's window buffers (decoded row groups, arranged rows) are tens
-// of MB each and written once through. With 4 KiB pages every first touch
-// is a page fault: under perf, faulting and zeroing fresh pages took about
-// a fifth of the CPU of reading 100-byte rows with a new reader. Here large
-// blocks are mmap'ed at 2 MiB alignment and madvise(MADV_HUGEPAGE)d, so a
-// fault maps 2 MiB at once (on kernels whose THP mode is "madvise", the
-// common default, nothing else would give huge pages). Where that is not
-// available (other systems, THP off) it is plain anonymous memory.
+// The reader's window buffers (decoded row groups, arranged rows) are MBs
+// to tens of MBs each and written once through. Fresh memory is a page
+// fault per 4 KiB plus the kernel zeroing it: under perf that was about a
+// fifth of the CPU of reading 100-byte rows. So:
+//  - blocks are mmap'ed at 2 MiB alignment and madvise(MADV_HUGEPAGE)d, so
+//    a fault maps 2 MiB at once (with THP in "madvise" mode, the common
+//    default, nothing else gives huge pages);
+//  - a destroyed LargeBuffer goes back to a process-wide cache (at most
+//    kMaxCachedBytes) and Take() hands out the smallest cached block that
+//    fits, so the next window, and the next reader of the process (a
+//    PyTorch iterator per epoch constructs one), reuse pages already
+//    faulted in. ReleaseCached() unmaps the cache.
+// Where huge pages are unavailable it is plain anonymous memory.
 #pragma once
 
 #include <cstdint>
@@ -18,24 +23,31 @@ namespace shardmill {
 class LargeBuffer {
  public:
   static constexpr int64_t kHugePageBytes = int64_t{2} << 20;
+  static constexpr int64_t kMaxCachedBytes = int64_t{512} << 20;
 
   LargeBuffer() = default;
-  // An empty buffer (data() == nullptr) if the memory cannot be mapped.
-  static LargeBuffer TryAllocate(int64_t bytes);
+  // At least `bytes` (a whole number of huge pages): the smallest cached
+  // block that fits, else a new mapping. Empty (data() == nullptr) if the
+  // memory cannot be mapped. Thread-safe.
+  static LargeBuffer Take(int64_t bytes);
+  // Bytes of freed blocks the process keeps mapped for reuse.
+  static int64_t CachedBytes();
+  // Unmaps every cached block; returns how many bytes that released.
+  static int64_t ReleaseCached();
 
   LargeBuffer(LargeBuffer&& other) noexcept;
   LargeBuffer& operator=(LargeBuffer&& other) noexcept;
   LargeBuffer(const LargeBuffer&) = delete;
   LargeBuffer& operator=(const LargeBuffer&) = delete;
+  // Gives the block back to the process cache (or unmaps it if full).
   ~LargeBuffer();
 
   uint8_t* data() const { return data_; }
-  // The usable size: the request rounded up to whole huge pages.
   int64_t capacity() const { return capacity_; }
 
  private:
   LargeBuffer(uint8_t* data, int64_t capacity) : data_(data), capacity_(capacity) {}
-  void Release();
+  void GiveBack();
 
   uint8_t* data_ = nullptr;
   int64_t capacity_ = 0;

@@ -5,6 +5,7 @@
 
 #include "chunk_records.h"
 #include "feistel.h"
+#include "large_buffer.h"
 #include "keyed_hash.h"
 #include "label_sampling.h"
 #include "self_check.h"
@@ -120,6 +121,14 @@ PYBIND11_MODULE(_native, m) {
       },
       py::arg("seed"), py::arg("stream"), py::arg("words"),
       "The keyed SplitMix64 chain of shardmill.transforms.keyed_hash.hash_words, in C++.");
+
+  m.def(
+      "release_cached_memory", [] { return shardmill::LargeBuffer::ReleaseCached(); },
+      py::call_guard<py::gil_scoped_release>(),
+      "Unmaps the window buffers the process keeps for its next readers; returns the bytes released.");
+  m.def(
+      "cached_memory_bytes", [] { return shardmill::LargeBuffer::CachedBytes(); },
+      "Bytes of freed window buffers the process keeps mapped for reuse (at most 512 MiB).");
 
   m.def(
       "feistel_permutation",

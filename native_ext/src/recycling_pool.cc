@@ -5,15 +5,8 @@
 
 namespace shardmill {
 
-RecyclingPool::RecyclingPool(arrow::MemoryPool* upstream, int64_t min_block_bytes, int64_t max_cached_bytes)
-    : upstream_(upstream), min_block_bytes_(min_block_bytes), max_cached_bytes_(max_cached_bytes) {}
-
-RecyclingPool::~RecyclingPool() = default;
-
-int64_t RecyclingPool::cached_bytes() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return cached_bytes_;
-}
+RecyclingPool::RecyclingPool(arrow::MemoryPool* upstream, int64_t min_block_bytes)
+    : upstream_(upstream), min_block_bytes_(min_block_bytes) {}
 
 int64_t RecyclingPool::bytes_allocated() const {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -34,26 +27,8 @@ arrow::Status RecyclingPool::Allocate(int64_t size, int64_t alignment, uint8_t**
   if (size < min_block_bytes_ || alignment > LargeBuffer::kHugePageBytes) {
     return upstream_->Allocate(size, alignment, out);
   }
-  LargeBuffer block;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto best = cached_.end();
-    for (auto it = cached_.begin(); it != cached_.end(); ++it) {
-      // Any block that fits, the smallest first: buffers grow by doubling
-      // (FLBARecordReader::ReserveValues), so a request for 1 MiB that takes
-      // last window's 4 MiB block then grows in place, never faulting pages.
-      if (it->capacity() >= size && (best == cached_.end() || it->capacity() < best->capacity())) best = it;
-    }
-    if (best != cached_.end()) {
-      block = std::move(*best);
-      cached_.erase(best);
-      cached_bytes_ -= block.capacity();
-    }
-  }
-  if (!block.data()) {
-    block = LargeBuffer::TryAllocate(size);
-    if (!block.data()) return arrow::Status::OutOfMemory("could not map ", size, " bytes");
-  }
+  LargeBuffer block = LargeBuffer::Take(size);
+  if (!block.data()) return arrow::Status::OutOfMemory("could not map ", size, " bytes");
   *out = block.data();
   std::lock_guard<std::mutex> lock(mutex_);
   in_use_bytes_ += block.capacity();
@@ -81,7 +56,7 @@ arrow::Status RecyclingPool::Reallocate(int64_t old_size, int64_t new_size, int6
 }
 
 void RecyclingPool::Free(uint8_t* buffer, int64_t size, int64_t alignment) {
-  LargeBuffer released;  // unmapped after the lock is dropped, if not kept
+  LargeBuffer released;  // back to the process cache once the lock is dropped
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = in_use_.find(buffer);
@@ -92,10 +67,6 @@ void RecyclingPool::Free(uint8_t* buffer, int64_t size, int64_t alignment) {
     released = std::move(it->second);
     in_use_.erase(it);
     in_use_bytes_ -= released.capacity();
-    if (cached_bytes_ + released.capacity() <= max_cached_bytes_) {
-      cached_bytes_ += released.capacity();
-      cached_.push_back(std::move(released));
-    }
   }
 }
 

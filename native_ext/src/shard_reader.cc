@@ -15,6 +15,19 @@
 
 namespace shardmill {
 
+namespace {
+
+// A window buffer: from the process cache (pages already faulted in) when
+// one fits. Throws like `new` when the memory cannot be mapped (the binding
+// raises MemoryError).
+LargeBuffer TakeWindowBuffer(int64_t bytes) {
+  LargeBuffer buffer = LargeBuffer::Take(bytes);
+  if (!buffer.data()) throw std::bad_alloc();
+  return buffer;
+}
+
+}  // namespace
+
 // One open shard file of one worker thread (FileReader is not shared across threads).
 class ShardHandle {
  public:
@@ -100,14 +113,13 @@ struct ShardReader::WindowSlot {
   // row lives; the consumer copies them straight from the decoded groups,
   // since a second copy of wide rows costs more than it saves.
   bool copy_rows = false;
-  std::vector<RowBuffer> arranged;
-  RowBuffer arranged_locations;             // RowLocation per row
-  RowBuffer arranged_index;                 // int64 global record index per row
+  std::vector<LargeBuffer> arranged;
+  LargeBuffer arranged_locations;             // RowLocation per row
+  LargeBuffer arranged_index;                 // int64 global record index per row
   std::vector<char> part_done;  // the consumer waits only for the part it reads
   int64_t decode_pending = 0;
   int64_t arrange_pending = 0;
   arrow::Status status;
-  bool ready() const { return decode_pending == 0 && arrange_pending == 0; }
   int64_t PartBegin(int64_t part) const { return (arranged_end - arranged_start) * part / parts; }
   // The part holding epoch position `position` (arranged_start <= position < arranged_end).
   int64_t PartOf(int64_t position) const {
@@ -178,8 +190,7 @@ arrow::Status ShardReader::Init() {
     }
   }
   layout_ = std::make_shared<DatasetLayout>(std::move(rows));
-  decode_pool_ = std::make_unique<RecyclingPool>(arrow::default_memory_pool(), kRecycleMinBlockBytes,
-                                                 kRecycleMaxCachedBytes);
+  decode_pool_ = std::make_unique<RecyclingPool>(arrow::default_memory_pool(), kRecycleMinBlockBytes);
   rank_rows_ = layout_->num_rows() / o.shard_count;
 
   // Column types come from the first shard; every other shard is checked against them when opened.
@@ -261,10 +272,10 @@ void ShardReader::ScheduleLocked() {
     slot->part_done.assign(static_cast<size_t>(slot->parts), 0);
     slot->copy_rows = row_bytes_ <= kArrangeCopyMaxRowBytes;
     if (slot->copy_rows) {
-      for (const auto& column : columns_) slot->arranged.push_back(TakeBufferLocked(rows * column.row_bytes));
+      for (const auto& column : columns_) slot->arranged.push_back(TakeWindowBuffer(rows * column.row_bytes));
     }
-    slot->arranged_locations = TakeBufferLocked(rows * static_cast<int64_t>(sizeof(RowLocation)));
-    slot->arranged_index = TakeBufferLocked(rows * static_cast<int64_t>(sizeof(int64_t)));
+    slot->arranged_locations = TakeWindowBuffer(rows * static_cast<int64_t>(sizeof(RowLocation)));
+    slot->arranged_index = TakeWindowBuffer(rows * static_cast<int64_t>(sizeof(int64_t)));
     slot->decode_pending = static_cast<int64_t>(slot->groups.size());
     slot->arrange_pending = slot->parts;
     for (size_t i = 0; i < slot->groups.size(); ++i) tasks_.push_back({slot, false, static_cast<int64_t>(i)});
@@ -375,38 +386,6 @@ void ShardReader::GatherRows(const WindowSlot& slot, const RowLocation* location
   }
 }
 
-ShardReader::RowBuffer ShardReader::TakeBufferLocked(int64_t bytes) {
-  // The smallest spare buffer that fits; else a new one (its pages are then
-  // faulted in once and reused by later windows).
-  auto best = spare_buffers_.end();
-  for (auto it = spare_buffers_.begin(); it != spare_buffers_.end(); ++it) {
-    if (it->capacity() >= bytes && (best == spare_buffers_.end() || it->capacity() < best->capacity())) best = it;
-  }
-  if (best != spare_buffers_.end()) {
-    RowBuffer buffer = std::move(*best);
-    spare_buffers_.erase(best);
-    return buffer;
-  }
-  RowBuffer buffer = LargeBuffer::TryAllocate(bytes);
-  if (!buffer.data()) throw std::bad_alloc();  // the binding raises MemoryError
-  return buffer;
-}
-
-void ShardReader::RecycleLocked(WindowSlot& slot) {
-  // Only a window no worker touches any more; a skipped one still being
-  // arranged is simply freed when its last task drops it.
-  if (!slot.ready()) return;
-  const size_t keep = static_cast<size_t>((options_.prefetch_windows + 2) * (columns_.size() + 2));
-  for (auto& buffer : slot.arranged) {
-    if (buffer.data() && spare_buffers_.size() < keep) spare_buffers_.push_back(std::move(buffer));
-  }
-  for (RowBuffer* buffer : {&slot.arranged_index, &slot.arranged_locations}) {
-    if (buffer->data() && spare_buffers_.size() < keep) spare_buffers_.push_back(std::move(*buffer));
-  }
-  slot.arranged.clear();
-  slot.groups.clear();
-}
-
 arrow::Result<std::shared_ptr<ShardReader::DecodedGroup>> ShardReader::Decode(
     int64_t row_group, std::vector<std::unique_ptr<ShardHandle>>* handles) {
   const int64_t shard = shard_of_group_[row_group];
@@ -477,7 +456,8 @@ arrow::Status ShardReader::FillNext(const BatchPlan& plan, const std::vector<uin
         if (slots_.empty()) return arrow::Status::IndexError("no window holds epoch position ", target);
         auto& front = slots_.front();
         if (front->epoch < epoch_ || (front->epoch == epoch_ && front->layout.end() <= target)) {
-          RecycleLocked(*front);  // a window of a skipped remainder, or one already consumed
+          // A window of a skipped remainder, or one already consumed: its
+          // buffers go back to the process cache once no worker holds it.
           slots_.pop_front();
           continue;
         }

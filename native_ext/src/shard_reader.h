@@ -9,14 +9,15 @@
 // buffers in epoch order (then batches are plain contiguous copies and the
 // cache-missing gather runs ahead on the workers; the decoded row groups are
 // released as soon as the window is arranged). Wide rows are gathered by
-// the consumer from the decoded groups, one copy. Arranged buffers are
-// reused from window to window (no fresh pages to fault in), and so are
-// freed decode buffers, through a RecyclingPool holding at most
-// kRecycleMaxCachedBytes; both are LargeBuffers on huge pages, so the
-// windows a new reader faults in cost few faults. Memory is bounded by (prefetch_windows + 1)
-// windows of arranged rows plus the decoded row groups of the windows not
-// yet arranged: at most about 2 x (prefetch_windows + 1) x
-// window_row_groups x the largest row group, plus that cache.
+// the consumer from the decoded groups, one copy. Arranged buffers and
+// large decode blocks (through a RecyclingPool) are LargeBuffers: huge
+// pages, given back to a process-wide cache of at most
+// LargeBuffer::kMaxCachedBytes when a window is done, so the next window,
+// and the next reader in the process, reuse pages already faulted in.
+// Memory is bounded by (prefetch_windows + 1) windows of arranged rows plus
+// the decoded row groups of the windows not yet arranged: at most about
+// 2 x (prefetch_windows + 1) x window_row_groups x the largest row group,
+// plus that cache.
 // State: the consumer's (epoch, position) alone determines everything that
 // follows, whatever the thread count, so a checkpoint is two integers.
 //
@@ -104,8 +105,6 @@ class ShardReader {
  private:
   struct DecodedGroup;
   struct WindowSlot;
-  // Uninitialised bytes that keep their pages across windows.
-  using RowBuffer = LargeBuffer;
   // Decode row group `index` of the slot's window, or arrange part `index` of it.
   struct Task {
     std::shared_ptr<WindowSlot> slot;
@@ -123,8 +122,6 @@ class ShardReader {
   // consecutive rows starting at dest[c], per column.
   void GatherRows(const WindowSlot& slot, const RowLocation* locations, int64_t count,
                   const std::vector<uint8_t*>& dest) const;
-  RowBuffer TakeBufferLocked(int64_t bytes);
-  void RecycleLocked(WindowSlot& slot);
   arrow::Result<std::shared_ptr<DecodedGroup>> Decode(int64_t row_group,
                                                       std::vector<std::unique_ptr<class ShardHandle>>* handles);
   std::shared_ptr<const EpochOrder> OrderFor(int64_t epoch);
@@ -144,10 +141,9 @@ class ShardReader {
   static constexpr int64_t kArrangeCopyMaxRowBytes = 1024;
   // Rows per arrange task.
   static constexpr int64_t kArrangePartRows = 16384;
-  // Decoding allocates through a RecyclingPool: freed blocks of >= 1 MiB are
-  // reused by the next window's row groups, at most this many bytes held.
+  // Decoding allocates through a RecyclingPool: blocks of >= 1 MiB are
+  // LargeBuffers, reused by the next window's row groups.
   static constexpr int64_t kRecycleMinBlockBytes = 1 << 20;
-  static constexpr int64_t kRecycleMaxCachedBytes = int64_t{256} << 20;
   std::unique_ptr<RecyclingPool> decode_pool_;
 
   // Consumer state (the checkpoint).
@@ -160,7 +156,6 @@ class ShardReader {
   std::condition_variable group_done_;
   std::deque<std::shared_ptr<WindowSlot>> slots_;  // windows in consumption order
   std::deque<Task> tasks_;
-  std::vector<RowBuffer> spare_buffers_;  // arranged buffers of consumed windows, for reuse
   int64_t next_epoch_ = 0;   // next window to schedule ...
   int64_t next_window_ = 0;  // ... within that epoch
   std::shared_ptr<const EpochOrder> order_cache_;
