@@ -37,7 +37,11 @@ def write_output(directory: str, shard_rows: list[int], row_group_rows: int, wid
         })
         name = f"shard-{s:05d}-of-{len(shard_rows):05d}.parquet"
         path = os.path.join(directory, name)
-        pq.write_table(table, path, row_group_size=row_group_rows, compression="zstd")
+        # The sampling job's Parquet options (transforms/shard_writer.write_shard:
+        # zstd level 1, dictionary encoding for `source` only), so readers and
+        # benchmarks decode what real output holds; that module imports Beam.
+        pq.write_table(table, path, row_group_size=row_group_rows, compression="zstd", compression_level=1,
+                       use_dictionary=["source"])
         metadata = pq.ParquetFile(path).metadata
         with open(path, "rb") as f:
             data = f.read()
