@@ -30,28 +30,15 @@ ProcessCache& Cache() {
   return *cache;
 }
 
-uint8_t* MapHugeAligned(int64_t capacity) {
-  // Map one huge page more than needed and trim both ends, so the block
-  // starts on a 2 MiB boundary (a huge page can only map aligned memory).
-  const int64_t page = LargeBuffer::kHugePageBytes;
-  const size_t mapped = static_cast<size_t>(capacity + page);
-  void* raw = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) return nullptr;
-  const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
-  const uintptr_t aligned = (start + page - 1) & ~static_cast<uintptr_t>(page - 1);
-  if (aligned > start) munmap(raw, aligned - start);
-  const uintptr_t end = aligned + static_cast<uintptr_t>(capacity);
-  if (start + mapped > end) munmap(reinterpret_cast<void*>(end), start + mapped - end);
-#ifdef MADV_HUGEPAGE
-  madvise(reinterpret_cast<void*>(aligned), static_cast<size_t>(capacity), MADV_HUGEPAGE);  // a hint: may fail
-#endif
-  return reinterpret_cast<uint8_t*>(aligned);
+uint8_t* Map(int64_t capacity) {
+  void* data = mmap(nullptr, static_cast<size_t>(capacity), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return data == MAP_FAILED ? nullptr : static_cast<uint8_t*>(data);
 }
 
 }  // namespace
 
 LargeBuffer LargeBuffer::Take(int64_t bytes) {
-  const int64_t capacity = (std::max<int64_t>(bytes, 1) + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  const int64_t capacity = (std::max<int64_t>(bytes, 1) + kRoundBytes - 1) / kRoundBytes * kRoundBytes;
   {
     ProcessCache& cache = Cache();
     std::lock_guard<std::mutex> lock(cache.mutex);
@@ -66,7 +53,7 @@ LargeBuffer LargeBuffer::Take(int64_t bytes) {
       return buffer;
     }
   }
-  uint8_t* data = MapHugeAligned(capacity);
+  uint8_t* data = Map(capacity);
   if (!data) return {};
   return LargeBuffer(data, capacity);
 }

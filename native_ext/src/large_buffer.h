@@ -1,19 +1,20 @@
-// LargeBuffer: a move-only block of memory on transparent huge pages where
-// the kernel offers them, recycled through one cache per process.
+// LargeBuffer: a move-only block of anonymous memory, recycled through one
+// cache per process.
 //
-// The reader's window buffers (decoded row groups, arranged rows) are MBs
-// to tens of MBs each and written once through. Fresh memory is a page
-// fault per 4 KiB plus the kernel zeroing it: under perf that was about a
-// fifth of the CPU of reading 100-byte rows. So:
-//  - blocks are mmap'ed at 2 MiB alignment and madvise(MADV_HUGEPAGE)d, so
-//    a fault maps 2 MiB at once (with THP in "madvise" mode, the common
-//    default, nothing else gives huge pages);
-//  - a destroyed LargeBuffer goes back to a process-wide cache (at most
-//    kMaxCachedBytes) and Take() hands out the smallest cached block that
-//    fits, so the next window, and the next reader of the process (a
-//    PyTorch iterator per epoch constructs one), reuse pages already
-//    faulted in. ReleaseCached() unmaps the cache.
-// Where huge pages are unavailable it is plain anonymous memory.
+// The reader's window buffers (decoded row groups, staged and arranged
+// rows) are MBs to tens of MBs each and written once through. Fresh memory
+// is a page fault per 4 KiB plus the kernel zeroing it: under perf that was
+// about a fifth of the CPU of reading 100-byte rows. So a destroyed
+// LargeBuffer goes back to a process-wide cache (at most kMaxCachedBytes)
+// and Take() hands out the smallest cached block that fits: the next
+// window, and the next reader of the process (a PyTorch iterator per epoch
+// constructs one), reuse pages already faulted in. Sizes are rounded up to
+// kRoundBytes so blocks are interchangeable between windows whose sizes
+// differ a little. ReleaseCached() unmaps the cache.
+//
+// Transparent huge pages (madvise(MADV_HUGEPAGE)) were tried: the kernel's
+// synchronous compaction for them cost a new process 0.3-0.7 s of system
+// time for its first reader, with no steady-state gain measurable here.
 #pragma once
 
 #include <cstdint>
@@ -22,11 +23,11 @@ namespace shardmill {
 
 class LargeBuffer {
  public:
-  static constexpr int64_t kHugePageBytes = int64_t{2} << 20;
+  static constexpr int64_t kRoundBytes = int64_t{2} << 20;
   static constexpr int64_t kMaxCachedBytes = int64_t{512} << 20;
 
   LargeBuffer() = default;
-  // At least `bytes` (a whole number of huge pages): the smallest cached
+  // At least `bytes` (a multiple of kRoundBytes): the smallest cached
   // block that fits, else a new mapping. Empty (data() == nullptr) if the
   // memory cannot be mapped. Thread-safe.
   static LargeBuffer Take(int64_t bytes);

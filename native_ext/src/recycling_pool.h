@@ -6,8 +6,8 @@
 // kernel zeroing them was the largest single cost of reading 100-byte rows
 // (`clear_page_erms` from FLBARecordReader::ReserveValues under perf). Here
 // every request of at least `min_block_bytes` takes a LargeBuffer: the
-// smallest freed block of the process that fits (huge pages, whole 2 MiB
-// multiples, so a buffer growing by doubling mostly grows in place), and
+// smallest freed block of the process that fits (whole 2 MiB multiples, so
+// a buffer growing by doubling mostly grows in place), and
 // freeing it gives it back to that cache. Smaller requests go to the
 // upstream pool. Thread-safe.
 #pragma once

@@ -10,10 +10,10 @@
 // cache-missing gather runs ahead on the workers; the decoded row groups are
 // released as soon as the window is arranged). Wide rows are gathered by
 // the consumer from the decoded groups, one copy. Arranged buffers and
-// large decode blocks (through a RecyclingPool) are LargeBuffers: huge
-// pages, given back to a process-wide cache of at most
-// LargeBuffer::kMaxCachedBytes when a window is done, so the next window,
-// and the next reader in the process, reuse pages already faulted in.
+// large decode blocks (through a RecyclingPool) are LargeBuffers, given
+// back to a process-wide cache of at most LargeBuffer::kMaxCachedBytes when
+// a window is done, so the next window, and the next reader in the
+// process, reuse pages already faulted in.
 // Memory is bounded by (prefetch_windows + 1) windows of arranged rows plus
 // the decoded row groups of the windows not yet arranged: at most about
 // 2 x (prefetch_windows + 1) x window_row_groups x the largest row group,
