@@ -1,9 +1,9 @@
 """ShardReader: a shardmill output directory as a stream of numpy batches.
 
 The C++ core (shard_reader.cc) decodes Parquet row groups on background
-threads with the GIL released; the same threads put each window's rows in
-epoch order ahead of the consumer (rows of up to 1 KiB are copied there,
-wider rows are gathered straight into the numpy arrays it returns). This
+threads with the GIL released; the same threads copy each window's rows
+into epoch order ahead of the consumer, and a batch's arrays are views of
+those rows (no copy; only a batch that spans two windows is copied). This
 module reads and checks the manifest (with pyarrow.fs, so local paths and
 Arrow URIs such as gs:// and s3:// work, and without importing Beam, which
 would cost a second at start-up) and keeps the checkpoint state.
@@ -17,7 +17,9 @@ together drop fewer than shard_count rows per epoch.
 Memory: at most about 2 x (prefetch_windows + 1) x window_row_groups row
 groups of the selected columns (decoded, and arranged in epoch order), with
 shardmill's default 4 MiB row groups and the defaults below ~200 MiB, plus
-the batches you hold. Window buffers freed by a reader stay mapped in a
+the windows of the batches you hold: a batch keeps its whole window of
+arranged rows alive (tens of MB), so copy a batch (`np.array(a)`) you keep
+beyond the next few steps. Window buffers freed by a reader stay mapped in a
 process-wide cache of at most 512 MiB, so the next window and the next
 reader (a PyTorch iterator per epoch makes one) reuse pages already faulted
 in; `release_cached_memory()` unmaps them.
@@ -101,7 +103,8 @@ class ShardReader:
     `record_index` (int64: the record's position in the dataset, stable
     across epochs and ranks), `record_seed` (uint64: keyed hash of (seed,
     record_index), for stateless reproducible augmentations; mix in `epoch`
-    for per-epoch variation) and `epoch` (int).
+    for per-epoch variation) and `epoch` (int). The arrays are writable
+    views of the reader's window buffers (see Memory above).
 
     Args:
       path: output directory (local path or Arrow filesystem URI).

@@ -179,6 +179,28 @@ def test_a_second_reader_reuses_the_window_buffers_a_closed_reader_gave_back(tmp
     assert native_ext.release_cached_memory() == cached and native_ext.cached_memory_bytes() == 0
 
 
+def test_batches_viewing_window_buffers_outlive_the_reader_and_later_readers(tmp_path):
+    # In-window batches are views into the window's arranged rows (no copy);
+    # they keep that window alive, so neither closing the reader nor later
+    # readers reusing cached buffers may change them, and writing into one
+    # batch touches no other.
+    directory = str(tmp_path / "views")
+    write_output(directory, [3000, 2500], row_group_rows=500, width=600)
+    settings = dict(batch_size=128, columns=["frame", "id"], seed=4, window_row_groups=2, prefetch_windows=1)
+    with ShardReader(directory, **settings) as reader:
+        held = list(reader)
+    for b in held[::3]:
+        b["frame"][:] = 0
+    for _ in range(2):
+        with ShardReader(directory, **dict(settings, seed=5)) as other:
+            for b in other:
+                assert (b["frame"] == frame_bytes(b["id"], 600)).all()
+    for i, b in enumerate(held):
+        expected = 0 if i % 3 == 0 else frame_bytes(b["id"], 600)
+        assert (b["frame"] == expected).all() and (b["record_index"] == b["id"]).all()
+    assert sorted(np.concatenate([b["id"] for b in held]).tolist()) == list(range(5500))
+
+
 # ---- checkpoints ----------------------------------------------------------------
 
 @pytest.mark.parametrize("batch_size,stop_after", [(50, 1), (50, 29), (64, 20), (77, 30), (100, 16), (100, 25)])

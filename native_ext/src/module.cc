@@ -52,35 +52,56 @@ std::unique_ptr<ShardReader> MakeReader(const std::vector<std::pair<std::string,
   return reader;
 }
 
+// A column's numpy dtype and the shape of `rows` of it.
+std::pair<py::dtype, std::vector<py::ssize_t>> ArrayLayout(const shardmill::ColumnSpec& column, int64_t rows) {
+  if (column.type->id() == arrow::Type::FIXED_SIZE_BINARY) {
+    return {py::dtype::of<uint8_t>(), {static_cast<py::ssize_t>(rows), static_cast<py::ssize_t>(column.row_bytes)}};
+  }
+  // The numpy dtype of an Arrow fixed-width numeric type has the same name.
+  std::string name = column.type->ToString();
+  if (name == "float") name = "float32";
+  if (name == "double") name = "float64";
+  return {py::dtype(name), {static_cast<py::ssize_t>(rows)}};
+}
+
 py::object NextBatch(ShardReader& reader) {
   shardmill::BatchPlan plan = reader.PlanNext();
   if (plan.epoch < 0) return py::none();
   py::dict batch;
-  std::vector<uint8_t*> buffers;
-  for (const auto& column : reader.columns()) {
-    py::array array;
-    if (column.type->id() == arrow::Type::FIXED_SIZE_BINARY) {
-      array = py::array_t<uint8_t>(std::vector<py::ssize_t>{static_cast<py::ssize_t>(plan.rows),
-                                                            static_cast<py::ssize_t>(column.row_bytes)});
-    } else {
-      // The numpy dtype of an Arrow fixed-width numeric type has the same name.
-      std::string name = column.type->ToString();
-      if (name == "float") name = "float32";
-      if (name == "double") name = "float64";
-      array = py::array(py::dtype(name), std::vector<py::ssize_t>{static_cast<py::ssize_t>(plan.rows)});
-    }
-    buffers.push_back(static_cast<uint8_t*>(array.mutable_data()));
-    batch[py::str(column.name)] = array;
-  }
-  py::array_t<int64_t> record_index(plan.rows);
   py::array_t<uint64_t> record_seed(plan.rows);
-  int64_t* index_data = record_index.mutable_data();
   uint64_t* seed_data = record_seed.mutable_data();
+  shardmill::BatchView view;
   {
     py::gil_scoped_release release;
-    shardmill::ThrowIfError(reader.FillNext(plan, buffers, index_data, seed_data), "");
+    view = shardmill::ValueOrThrow(reader.ViewNext(plan, seed_data), "");
   }
-  batch["record_index"] = record_index;
+  if (view.owner) {
+    // Arrays viewing the window's arranged rows (writable: each row is served
+    // once); the capsule keeps the window alive while any of them lives.
+    py::capsule owner(new std::shared_ptr<const void>(std::move(view.owner)),
+                      [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); });
+    for (size_t c = 0; c < reader.columns().size(); ++c) {
+      auto [dtype, shape] = ArrayLayout(reader.columns()[c], plan.rows);
+      batch[py::str(reader.columns()[c].name)] = py::array(dtype, shape, view.columns[c], owner);
+    }
+    batch["record_index"] = py::array_t<int64_t>({static_cast<py::ssize_t>(plan.rows)}, view.record_index, owner);
+  } else {
+    // The batch spans two windows: copied into fresh arrays.
+    std::vector<uint8_t*> buffers;
+    for (const auto& column : reader.columns()) {
+      auto [dtype, shape] = ArrayLayout(column, plan.rows);
+      py::array array(dtype, shape);
+      buffers.push_back(static_cast<uint8_t*>(array.mutable_data()));
+      batch[py::str(column.name)] = array;
+    }
+    py::array_t<int64_t> record_index(plan.rows);
+    int64_t* index_data = record_index.mutable_data();
+    {
+      py::gil_scoped_release release;
+      shardmill::ThrowIfError(reader.FillNext(plan, buffers, index_data, seed_data), "");
+    }
+    batch["record_index"] = record_index;
+  }
   batch["record_seed"] = record_seed;
   batch["epoch"] = plan.epoch;
   return batch;

@@ -108,13 +108,11 @@ struct ShardReader::WindowSlot {
   int64_t arranged_start = 0;
   int64_t arranged_end = 0;
   int64_t parts = 0;                        // arrange tasks
-  // Small rows (copy_rows): per column, the rows in epoch order, and the
-  // decoded groups are released once arranged. Large rows: only where each
-  // row lives; the consumer copies them straight from the decoded groups,
-  // since a second copy of wide rows costs more than it saves.
-  bool copy_rows = false;
+  // Per column, this rank's rows of the window in epoch order, and their
+  // global record indices: batches are views into these (the slot, which
+  // owns them, lives as long as any batch viewing it). The decoded groups
+  // are released once the window is arranged.
   std::vector<LargeBuffer> arranged;
-  LargeBuffer arranged_locations;             // RowLocation per row
   LargeBuffer arranged_index;                 // int64 global record index per row
   std::vector<char> part_done;  // the consumer waits only for the part it reads
   int64_t decode_pending = 0;
@@ -201,7 +199,6 @@ arrow::Status ShardReader::Init() {
     ARROW_ASSIGN_OR_RAISE(auto spec, SpecOf(*schema, name, o.shards[0].path));
     columns_.push_back(std::move(spec));
   }
-  for (const auto& column : columns_) row_bytes_ += column.row_bytes;
   if (o.start_epoch < 0 || (o.num_epochs > 0 && o.start_epoch > o.num_epochs)) {
     return arrow::Status::Invalid("start epoch ", o.start_epoch, " is outside [0, ", o.num_epochs, "]");
   }
@@ -242,6 +239,9 @@ void ShardReader::Stop() {
   group_done_.notify_all();
   for (auto& thread : threads_) thread.join();
   threads_.clear();
+  // A batch may keep its window alive past the reader: its decoded groups
+  // (buffers of this reader's decode pool) go now, its arranged rows stay.
+  for (auto& slot : slots_) slot->groups.clear();
   slots_.clear();
 }
 
@@ -270,11 +270,7 @@ void ShardReader::ScheduleLocked() {
     // part, not the whole window (time to first batch and after a restore).
     slot->parts = (rows + kArrangePartRows - 1) / kArrangePartRows;
     slot->part_done.assign(static_cast<size_t>(slot->parts), 0);
-    slot->copy_rows = row_bytes_ <= kArrangeCopyMaxRowBytes;
-    if (slot->copy_rows) {
-      for (const auto& column : columns_) slot->arranged.push_back(TakeWindowBuffer(rows * column.row_bytes));
-    }
-    slot->arranged_locations = TakeWindowBuffer(rows * static_cast<int64_t>(sizeof(RowLocation)));
+    for (const auto& column : columns_) slot->arranged.push_back(TakeWindowBuffer(rows * column.row_bytes));
     slot->arranged_index = TakeWindowBuffer(rows * static_cast<int64_t>(sizeof(int64_t)));
     slot->decode_pending = static_cast<int64_t>(slot->groups.size());
     slot->arrange_pending = slot->parts;
@@ -310,7 +306,7 @@ void ShardReader::WorkerLoop() {
       ArrangePart(slot, task.index);  // the decoded groups are immutable by now
       std::lock_guard<std::mutex> lock(mutex_);
       slot.part_done[static_cast<size_t>(task.index)] = 1;
-      if (--slot.arrange_pending == 0 && slot.copy_rows) slot.groups.clear();
+      if (--slot.arrange_pending == 0) slot.groups.clear();
       group_done_.notify_all();
       continue;
     }
@@ -343,23 +339,18 @@ void ShardReader::ArrangePart(WindowSlot& slot, int64_t part) {
   const int64_t begin = slot.PartBegin(part);
   const int64_t end = slot.PartBegin(part + 1);
   const auto& groups = slot.layout.row_groups();
-  auto* index = reinterpret_cast<int64_t*>(slot.arranged_index.data());
-  // In the slot's reused buffer: a per-part vector here was page-faulted in
-  // afresh for every window.
-  RowLocation* const locations = reinterpret_cast<RowLocation*>(slot.arranged_locations.data()) + begin;
-  slot.layout.LocateRange(slot.arranged_start + begin, end - begin, locations);
+  auto* index = reinterpret_cast<int64_t*>(slot.arranged_index.data()) + begin;
+  thread_local std::vector<RowLocation> locations;  // reused: no fresh pages per part
+  locations.resize(static_cast<size_t>(end - begin));
+  slot.layout.LocateRange(slot.arranged_start + begin, end - begin, locations.data());
   std::vector<int64_t> group_offsets;  // global index of each of the window's groups' first row
   for (int64_t g : groups) group_offsets.push_back(layout_->row_group_offsets[g]);
-  for (int64_t j = begin; j < end; ++j) {
-    const RowLocation& loc = locations[j - begin];
-    index[j] = group_offsets[loc.row_group] + loc.row;
-  }
-  if (!slot.copy_rows) return;
+  for (int64_t j = 0; j < end - begin; ++j) index[j] = group_offsets[locations[j].row_group] + locations[j].row;
   std::vector<uint8_t*> dest;
   for (size_t c = 0; c < columns_.size(); ++c) {
     dest.push_back(slot.arranged[c].data() + begin * columns_[c].row_bytes);
   }
-  GatherRows(slot, locations, end - begin, dest);
+  GatherRows(slot, locations.data(), end - begin, dest);
 }
 
 void ShardReader::GatherRows(const WindowSlot& slot, const RowLocation* locations, int64_t count,
@@ -439,6 +430,67 @@ BatchPlan ShardReader::PlanNext() {
   }
 }
 
+arrow::Result<std::shared_ptr<ShardReader::WindowSlot>> ShardReader::WindowAtLocked(int64_t target) {
+  if (threads_.empty()) return arrow::Status::Invalid("the reader is stopped");
+  while (true) {
+    ScheduleLocked();
+    if (slots_.empty()) return arrow::Status::IndexError("no window holds epoch position ", target);
+    auto& front = slots_.front();
+    if (front->epoch < epoch_ || (front->epoch == epoch_ && front->layout.end() <= target)) {
+      // A window of a skipped remainder, or one already consumed: its
+      // buffers go back to the process cache once no worker or batch holds it.
+      slots_.pop_front();
+      continue;
+    }
+    break;
+  }
+  auto slot = slots_.front();
+  if (slot->epoch != epoch_ || slot->arranged_start > target || slot->arranged_end <= target) {
+    return arrow::Status::IndexError("window schedule out of step at epoch ", epoch_, " position ", target);
+  }
+  return slot;
+}
+
+void ShardReader::RecordSeeds(const int64_t* record_index, int64_t rows, uint64_t* record_seed) const {
+  for (int64_t j = 0; j < rows; ++j) {
+    record_seed[j] = HashWords(options_.seed, kStreamRecordSeed, {static_cast<uint64_t>(record_index[j])});
+  }
+}
+
+arrow::Result<BatchView> ShardReader::ViewNext(const BatchPlan& plan, uint64_t* record_seed) {
+  if (plan.epoch != epoch_) return arrow::Status::Invalid("ViewNext without a matching PlanNext");
+  const int64_t target = options_.shard_index * rank_rows_ + position_;
+  std::shared_ptr<WindowSlot> slot;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    ARROW_ASSIGN_OR_RAISE(slot, WindowAtLocked(target));
+    if (target + plan.rows > slot->arranged_end) return BatchView{};  // spans two windows
+    const int64_t first_part = slot->PartOf(target);
+    const int64_t last_part = slot->PartOf(target + plan.rows - 1);
+    group_done_.wait(lock, [&] {
+      if (stopping_ || slot->decode_pending > 0) return stopping_;
+      if (!slot->status.ok()) return true;
+      for (int64_t part = first_part; part <= last_part; ++part) {
+        if (!slot->part_done[static_cast<size_t>(part)]) return false;
+      }
+      return true;
+    });
+    if (stopping_) return arrow::Status::Cancelled("the reader was stopped");
+    ARROW_RETURN_NOT_OK(slot->status);
+  }
+  // Those parts are arranged and immutable (workers write only other parts).
+  const int64_t offset = target - slot->arranged_start;
+  BatchView view;
+  for (size_t c = 0; c < columns_.size(); ++c) {
+    view.columns.push_back(slot->arranged[c].data() + offset * columns_[c].row_bytes);
+  }
+  view.record_index = reinterpret_cast<const int64_t*>(slot->arranged_index.data()) + offset;
+  RecordSeeds(view.record_index, plan.rows, record_seed);
+  view.owner = slot;
+  position_ += plan.rows;
+  return view;
+}
+
 arrow::Status ShardReader::FillNext(const BatchPlan& plan, const std::vector<uint8_t*>& buffers,
                                     int64_t* record_index, uint64_t* record_seed) {
   if (plan.epoch != epoch_) return arrow::Status::Invalid("FillNext without a matching PlanNext");
@@ -450,23 +502,7 @@ arrow::Status ShardReader::FillNext(const BatchPlan& plan, const std::vector<uin
     std::shared_ptr<WindowSlot> slot;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      if (threads_.empty()) return arrow::Status::Invalid("the reader is stopped");
-      while (true) {
-        ScheduleLocked();
-        if (slots_.empty()) return arrow::Status::IndexError("no window holds epoch position ", target);
-        auto& front = slots_.front();
-        if (front->epoch < epoch_ || (front->epoch == epoch_ && front->layout.end() <= target)) {
-          // A window of a skipped remainder, or one already consumed: its
-          // buffers go back to the process cache once no worker holds it.
-          slots_.pop_front();
-          continue;
-        }
-        break;
-      }
-      slot = slots_.front();
-      if (slot->epoch != epoch_ || slot->arranged_start > target || slot->arranged_end <= target) {
-        return arrow::Status::IndexError("window schedule out of step at epoch ", epoch_, " position ", target);
-      }
+      ARROW_ASSIGN_OR_RAISE(slot, WindowAtLocked(target));
       group_done_.wait(lock, [&] { return stopping_ || slot->ReadyAt(target); });
       if (stopping_) return arrow::Status::Cancelled("the reader was stopped");
       ARROW_RETURN_NOT_OK(slot->status);
@@ -475,21 +511,13 @@ arrow::Status ShardReader::FillNext(const BatchPlan& plan, const std::vector<uin
     const int64_t part = slot->PartOf(target);
     const int64_t run = std::min(plan.rows - done, slot->arranged_start + slot->PartBegin(part + 1) - target);
     const int64_t offset = target - slot->arranged_start;
-    if (slot->copy_rows) {
-      for (size_t c = 0; c < columns_.size(); ++c) {
-        const int64_t width = columns_[c].row_bytes;
-        std::memcpy(buffers[c] + done * width, slot->arranged[c].data() + offset * width, run * width);
-      }
-    } else {
-      std::vector<uint8_t*> dest;
-      for (size_t c = 0; c < columns_.size(); ++c) dest.push_back(buffers[c] + done * columns_[c].row_bytes);
-      GatherRows(*slot, reinterpret_cast<const RowLocation*>(slot->arranged_locations.data()) + offset, run, dest);
+    for (size_t c = 0; c < columns_.size(); ++c) {
+      const int64_t width = columns_[c].row_bytes;
+      std::memcpy(buffers[c] + done * width, slot->arranged[c].data() + offset * width, run * width);
     }
     const auto* index = reinterpret_cast<const int64_t*>(slot->arranged_index.data()) + offset;
     std::memcpy(record_index + done, index, run * sizeof(int64_t));
-    for (int64_t j = 0; j < run; ++j) {
-      record_seed[done + j] = HashWords(options_.seed, kStreamRecordSeed, {static_cast<uint64_t>(index[j])});
-    }
+    RecordSeeds(index, run, record_seed + done);
     done += run;
   }
   position_ += plan.rows;

@@ -5,19 +5,19 @@
 // worker threads read whole row groups (selected columns) of the next
 // `prefetch_windows` windows ahead of the consumer, then arrange each window
 // in parts across the threads: locate every row this rank reads through the
-// permutation and, for small rows, copy them into contiguous per-column
-// buffers in epoch order (then batches are plain contiguous copies and the
-// cache-missing gather runs ahead on the workers; the decoded row groups are
-// released as soon as the window is arranged). Wide rows are gathered by
-// the consumer from the decoded groups, one copy. Arranged buffers and
-// large decode blocks (through a RecyclingPool) are LargeBuffers, given
-// back to a process-wide cache of at most LargeBuffer::kMaxCachedBytes when
-// a window is done, so the next window, and the next reader in the
-// process, reuse pages already faulted in.
-// Memory is bounded by (prefetch_windows + 1) windows of arranged rows plus
-// the decoded row groups of the windows not yet arranged: at most about
-// 2 x (prefetch_windows + 1) x window_row_groups x the largest row group,
-// plus that cache.
+// permutation and copy it into contiguous per-column buffers in epoch order
+// (the cache-missing gather runs ahead on the workers; the decoded row
+// groups are released as soon as the window is arranged). A batch is then
+// a view into those buffers (ViewNext, no copy; it keeps its window alive),
+// or, where it spans two windows, a contiguous copy (FillNext). Arranged
+// buffers and large decode blocks (through a RecyclingPool) are
+// LargeBuffers, given back to a process-wide cache of at most
+// LargeBuffer::kMaxCachedBytes when a window is done with, so the next
+// window, and the next reader in the process, reuse pages already faulted
+// in. Memory is bounded by (prefetch_windows + 1) windows of arranged rows
+// plus the decoded row groups of the windows not yet arranged: at most
+// about 2 x (prefetch_windows + 1) x window_row_groups x the largest row
+// group, plus that cache, plus the windows batches still held view.
 // State: the consumer's (epoch, position) alone determines everything that
 // follows, whatever the thread count, so a checkpoint is two integers.
 //
@@ -77,6 +77,15 @@ struct BatchPlan {
   int64_t rows = 0;
 };
 
+// A batch as views into a window's arranged rows: per column rows x
+// row_bytes contiguous bytes, and the rows' global record indices. `owner`
+// keeps them alive (and out of the buffer cache) for as long as it is held.
+struct BatchView {
+  std::vector<const uint8_t*> columns;
+  const int64_t* record_index = nullptr;
+  std::shared_ptr<const void> owner;  // null: no view (the batch spans two windows)
+};
+
 class ShardReader {
  public:
   static arrow::Result<std::unique_ptr<ShardReader>> Make(ReaderOptions options);
@@ -101,6 +110,10 @@ class ShardReader {
   // HashWords(seed, kStreamRecordSeed, {index}). Blocks until decoded.
   arrow::Status FillNext(const BatchPlan& plan, const std::vector<uint8_t*>& buffers, int64_t* record_index,
                          uint64_t* record_seed);
+  // The next batch planned by PlanNext() without copying: views into the
+  // arranged rows of its window (record seeds into record_seed), or, if its
+  // rows span two windows, an empty view and nothing consumed (use FillNext).
+  arrow::Result<BatchView> ViewNext(const BatchPlan& plan, uint64_t* record_seed);
 
  private:
   struct DecodedGroup;
@@ -118,6 +131,10 @@ class ShardReader {
   void WorkerLoop();
   // Copies the rows of part `part` of the slot's arranged range to their place.
   void ArrangePart(WindowSlot& slot, int64_t part);
+  // The window holding epoch position `target` of the current epoch
+  // (dropping windows already consumed); requires mutex_.
+  arrow::Result<std::shared_ptr<WindowSlot>> WindowAtLocked(int64_t target);
+  void RecordSeeds(const int64_t* record_index, int64_t rows, uint64_t* record_seed) const;
   // Copies the rows at `locations` (in the slot's decoded groups) to
   // consecutive rows starting at dest[c], per column.
   void GatherRows(const WindowSlot& slot, const RowLocation* locations, int64_t count,
@@ -131,14 +148,8 @@ class ShardReader {
   std::vector<int64_t> shard_of_group_;        // global row group -> shard
   std::vector<int64_t> index_in_shard_;        // global row group -> row group within shard
   std::vector<ColumnSpec> columns_;
-  int64_t row_bytes_ = 0;  // of all selected columns
   int64_t rank_rows_ = 0;
 
-  // Windows whose rows take at most this many bytes are copied into epoch
-  // order by the workers; wider rows are copied once, by the consumer.
-  // Measured: 100 B rows 6.3M -> 7.5-8.9M rows/s with the copy; 8356 B
-  // frames 0.47M -> 0.32M rows/s with it.
-  static constexpr int64_t kArrangeCopyMaxRowBytes = 1024;
   // Rows per arrange task.
   static constexpr int64_t kArrangePartRows = 16384;
   // Decoding allocates through a RecyclingPool: blocks of >= 1 MiB are
