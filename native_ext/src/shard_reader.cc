@@ -359,13 +359,21 @@ void ShardReader::GatherRows(const WindowSlot& slot, const RowLocation* location
   // cache miss; with the locations known, prefetching kPrefetchAhead rows
   // ahead keeps many misses in flight (measured: several times faster for
   // 100-byte rows).
+  // Every cache line of a row's first kPrefetchBytes, not just the first:
+  // a 100-byte row spans two or three (a standalone gather of 100-byte rows
+  // from 32 MiB: 36 -> 28 ns per row); the hardware prefetcher follows
+  // wider rows.
   constexpr int64_t kPrefetchAhead = 16;
+  constexpr int64_t kPrefetchBytes = 256;
   for (int64_t j = 0; j < count; ++j) {
     if (j + kPrefetchAhead < count) {
       const RowLocation& ahead = locations[j + kPrefetchAhead];
       const auto& group = slot.groups[ahead.row_group];
       for (size_t c = 0; c < columns_.size(); ++c) {
-        __builtin_prefetch(group->column_data[c] + ahead.row * columns_[c].row_bytes);
+        const uint8_t* row = group->column_data[c] + ahead.row * columns_[c].row_bytes;
+        const int64_t bytes = std::min(columns_[c].row_bytes, kPrefetchBytes);
+        for (int64_t offset = 0; offset < bytes; offset += 64) __builtin_prefetch(row + offset);
+        __builtin_prefetch(row + bytes - 1);
       }
     }
     const RowLocation& loc = locations[j];
