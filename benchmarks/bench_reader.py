@@ -5,7 +5,10 @@ V6-sized 8356 B frames), then, interleaved over rounds in one process:
   pyarrow_sequential  ParquetFile.iter_batches over every shard, no shuffle,
                       frames viewed as (batch, width) numpy arrays (the decode
                       ceiling on this machine)
-  shardmill_reader    ShardReader, shuffle on, rank 0 of 2 (sharding on)
+  shardmill_reader    ShardReader, shuffle on, rank 0 of 2 (sharding on),
+                      default window of 8 row groups
+  shardmill_reader_window1  the same with window_row_groups=1: rows shuffled
+                      within one row group, Petastorm's shuffle scope
 Reports rows/s and MB/s of frame bytes, time to first batch, and the time to
 restore a reader from a mid-epoch state() (construction, and first batch).
 With --peers-python (repeatable), the peers (Grain, Mosaic streaming,
@@ -59,12 +62,18 @@ def pyarrow_sequential(directory, manifest, width):
     return rows
 
 
-def shardmill_reader(directory, manifest, width):
+def shardmill_reader(directory, manifest, width, window_row_groups=8):
     rows = 0
-    with ShardReader(directory, BATCH, ["frame"], shard_index=0, shard_count=2, seed=1) as reader:
+    with ShardReader(directory, BATCH, ["frame"], shard_index=0, shard_count=2, seed=1,
+                     window_row_groups=window_row_groups) as reader:
         for batch in reader:
             rows += len(batch["frame"])
     return rows
+
+
+def shardmill_reader_window1(directory, manifest, width):
+    # Petastorm's shuffle scope: row groups permuted, rows shuffled within one row group.
+    return shardmill_reader(directory, manifest, width, window_row_groups=1)
 
 
 def first_batch_seconds(directory):
@@ -124,7 +133,8 @@ def main():
     for name, (rows, shards, width, group_rows) in DATASETS.items():
         directory = os.path.join(work, name)
         manifest = write_output(directory, [rows] * shards, row_group_rows=group_rows, width=width)
-        variants = {"pyarrow_sequential": pyarrow_sequential, "shardmill_reader": shardmill_reader}
+        variants = {"pyarrow_sequential": pyarrow_sequential, "shardmill_reader": shardmill_reader,
+                    "shardmill_reader_window1": shardmill_reader_window1}
         times = {v: [] for v in variants}
         counts = {}
         for _ in range(args.rounds):
@@ -141,8 +151,9 @@ def main():
                                     "rows_per_s": round(counts[v] / t),
                                     "mb_per_s": round(counts[v] * width / t / 1e6, 1)}
         base = entry["variants"]["pyarrow_sequential"]["rows_per_s"]
-        entry["variants"]["shardmill_reader"]["vs_pyarrow_sequential"] = round(
-            entry["variants"]["shardmill_reader"]["rows_per_s"] / base, 2)
+        readers = [entry["variants"][v] for v in variants if v.startswith("shardmill_reader")]
+        for reader in readers:
+            reader["vs_pyarrow_sequential"] = round(reader["rows_per_s"] / base, 2)
         entry["first_batch_seconds"] = round(first, 4)
         entry["restore_construct_ms"] = round(1000 * statistics.median(r[0] for r in restores), 2)
         entry["restore_first_batch_ms"] = round(1000 * statistics.median(r[1] for r in restores), 2)
@@ -150,15 +161,14 @@ def main():
         if args.peers_python:
             entry["peers"] = run_peers(args.peers_python, directory, width, args.rounds)
             rates = {p: r["rows_per_s"] for p, r in entry["peers"].items() if "rows_per_s" in r and p not in RAW_PEERS}
-            if rates:
-                best = max(rates, key=rates.get)
-                entry["variants"]["shardmill_reader"]["best_comparable_peer"] = best
-                entry["variants"]["shardmill_reader"]["vs_best_peer"] = round(
-                    entry["variants"]["shardmill_reader"]["rows_per_s"] / rates[best], 2)
-            for peer in RAW_PEERS & entry["peers"].keys():
-                if "rows_per_s" in entry["peers"][peer]:
-                    entry["variants"]["shardmill_reader"][f"vs_{peer}_raw"] = round(
-                        entry["variants"]["shardmill_reader"]["rows_per_s"] / entry["peers"][peer]["rows_per_s"], 2)
+            best = max(rates, key=rates.get) if rates else None
+            for reader in readers:
+                if best:
+                    reader["best_comparable_peer"] = best
+                    reader["vs_best_peer"] = round(reader["rows_per_s"] / rates[best], 2)
+                for peer in RAW_PEERS & entry["peers"].keys():
+                    if "rows_per_s" in entry["peers"][peer]:
+                        reader[f"vs_{peer}_raw"] = round(reader["rows_per_s"] / entry["peers"][peer]["rows_per_s"], 2)
         report["datasets"][name] = entry
     print(json.dumps(report, indent=1))
 

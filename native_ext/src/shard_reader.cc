@@ -205,6 +205,7 @@ arrow::Status ShardReader::Init() {
   if (o.start_position < 0 || o.start_position > rank_rows_) {
     return arrow::Status::Invalid("start position ", o.start_position, " is outside [0, ", rank_rows_, "]");
   }
+  for (const auto& column : columns_) row_bytes_ += column.row_bytes;
   epoch_ = o.start_epoch;
   position_ = o.start_position;
   return arrow::Status::OK();
@@ -266,9 +267,9 @@ void ShardReader::ScheduleLocked() {
     slot->arranged_start = std::max(slot->layout.start(), lo);
     slot->arranged_end = std::min(slot->layout.end(), hi);
     const int64_t rows = std::max<int64_t>(0, slot->arranged_end - slot->arranged_start);
-    // Parts of ~kArrangePartRows: the first batch of a window waits for one
+    // Parts of ~kArrangePartBytes: the first batch of a window waits for one
     // part, not the whole window (time to first batch and after a restore).
-    slot->parts = (rows + kArrangePartRows - 1) / kArrangePartRows;
+    slot->parts = std::min(rows, (rows * row_bytes_ + kArrangePartBytes - 1) / kArrangePartBytes);
     slot->part_done.assign(static_cast<size_t>(slot->parts), 0);
     for (const auto& column : columns_) slot->arranged.push_back(TakeWindowBuffer(rows * column.row_bytes));
     slot->arranged_index = TakeWindowBuffer(rows * static_cast<int64_t>(sizeof(int64_t)));

@@ -149,9 +149,12 @@ class ShardReader {
   std::vector<int64_t> index_in_shard_;        // global row group -> row group within shard
   std::vector<ColumnSpec> columns_;
   int64_t rank_rows_ = 0;
+  int64_t row_bytes_ = 0;  // of all selected columns
 
-  // Rows per arrange task.
-  static constexpr int64_t kArrangePartRows = 16384;
+  // Bytes of selected columns per arrange task: 1.6 MB is 16k rows of 100 B
+  // but only ~200 lc0 frames, whose whole window (4k frames, 33 MB) as one
+  // part made the first batch after a restore wait for all of it (13.6 ms).
+  static constexpr int64_t kArrangePartBytes = 1600 * 1024;
   // Decoding allocates through a RecyclingPool: blocks of >= 1 MiB are
   // LargeBuffers, reused by the next window's row groups.
   static constexpr int64_t kRecycleMinBlockBytes = 1 << 20;
