@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 #include <new>
 #include <tuple>
 
@@ -25,6 +28,33 @@ LargeBuffer TakeWindowBuffer(int64_t bytes) {
   if (!buffer.data()) throw std::bad_alloc();
   return buffer;
 }
+
+// Copies of wide rows into the arranged buffers bypass the cache (AVX-512
+// streaming stores, whole 64-byte lines): the window is tens of MB, so the
+// lines would be evicted before the consumer reads them, and a normal store
+// first reads each line it writes. A standalone gather of 8356 B rows from a
+// 33 MB window: 8.1 -> 11.2 GB/s (SSE2 streaming stores: no gain).
+constexpr int64_t kStreamCopyMinBytes = 1024;
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f"))) void StreamCopyAvx512(uint8_t* dest, const uint8_t* src, int64_t bytes) {
+  const int64_t head = std::min<int64_t>(bytes, (64 - (reinterpret_cast<uintptr_t>(dest) & 63)) & 63);
+  std::memcpy(dest, src, head);
+  int64_t i = head;
+  for (; i + 64 <= bytes; i += 64) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dest + i), _mm512_loadu_si512(src + i));
+  }
+  std::memcpy(dest + i, src + i, bytes - i);
+}
+// __builtin_cpu_init first: this initializer may run before libgcc's own.
+const bool kStreamingCopy = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f"));
+void StreamCopy(uint8_t* dest, const uint8_t* src, int64_t bytes) { StreamCopyAvx512(dest, src, bytes); }
+// Streaming stores are weakly ordered: fenced before the part is published.
+void StreamFence() { _mm_sfence(); }
+#else
+constexpr bool kStreamingCopy = false;
+void StreamCopy(uint8_t* dest, const uint8_t* src, int64_t bytes) { std::memcpy(dest, src, bytes); }
+void StreamFence() {}
+#endif
 
 }  // namespace
 
@@ -381,9 +411,14 @@ void ShardReader::GatherRows(const WindowSlot& slot, const RowLocation* location
     const auto& group = slot.groups[loc.row_group];
     for (size_t c = 0; c < columns_.size(); ++c) {
       const int64_t width = columns_[c].row_bytes;
-      std::memcpy(dest[c] + j * width, group->column_data[c] + loc.row * width, width);
+      if (width >= kStreamCopyMinBytes && kStreamingCopy) {
+        StreamCopy(dest[c] + j * width, group->column_data[c] + loc.row * width, width);
+      } else {
+        std::memcpy(dest[c] + j * width, group->column_data[c] + loc.row * width, width);
+      }
     }
   }
+  StreamFence();
 }
 
 arrow::Result<std::shared_ptr<ShardReader::DecodedGroup>> ShardReader::Decode(
