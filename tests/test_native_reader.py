@@ -66,6 +66,17 @@ def test_feistel_blocked_evaluation_matches_one_position_at_a_time(n):
         assert (_native.feistel_permutation(n, key, first, count) == reference[first:first + count]).all()
 
 
+@pytest.mark.parametrize("n", [1, 2, 3, 255, 256, 257, 1000, 2**16 + 1, 335_544])
+def test_feistel_inverse_gives_back_each_position(n):
+    # Wide rows are scattered by where they go: the inverse permutation.
+    for key in (7, 2**64 - 1):
+        image = _native.feistel_permutation(n, key)
+        preimage = _native.feistel_permutation(n, key, inverse=True)
+        assert (preimage[image] == np.arange(n)).all()
+        first, count = n // 4, n - n // 4 - n // 7
+        assert (_native.feistel_permutation(n, key, first, count, inverse=True) == preimage[first:first + count]).all()
+
+
 def test_feistel_permutation_depends_on_the_key_and_is_not_identity():
     a, b = _native.feistel_permutation(1000, 1), _native.feistel_permutation(1000, 2)
     assert (a != b).any() and (a != np.arange(1000)).sum() > 900
@@ -122,17 +133,19 @@ def test_thread_count_does_not_change_the_stream(output):
     assert (one == four).all()
 
 
-def test_wide_rows_gathered_by_the_consumer_follow_the_same_order(output, tmp_path):
-    # Rows up to 1 KiB are copied into epoch order by the decode threads,
-    # wider ones are gathered by the consumer: the stream must not differ.
+@pytest.mark.parametrize("width", [2000, 5000])
+def test_wide_rows_copied_another_way_follow_the_same_order(output, tmp_path, width):
+    # Rows of >= 1 KiB are copied with streaming stores; rows of >= 4 KiB are
+    # scattered to their places through the inverse permutation as each row
+    # group is decoded, instead of gathered per part: the stream must not differ.
     wide = str(tmp_path / "wide")
-    write_output(wide, N_ROWS, row_group_rows=64, width=2000)
+    write_output(wide, N_ROWS, row_group_rows=64, width=width)
     settings = dict(batch_size=70, num_epochs=2, seed=8, shard_index=1, shard_count=2)
     narrow_batches, narrow_ids = epoch_ids(output, **settings)
     wide_batches, wide_ids = epoch_ids(wide, **settings)
     assert (narrow_ids == wide_ids).all()
     for b in wide_batches:
-        assert (b["frame"] == frame_bytes(b["id"], 2000)).all() and (b["record_index"] == b["id"]).all()
+        assert (b["frame"] == frame_bytes(b["id"], width)).all() and (b["record_index"] == b["id"]).all()
     with ShardReader(wide, columns=["frame", "id"], **settings) as reader:
         head = [next(reader) for _ in range(13)]
         state = reader.state()

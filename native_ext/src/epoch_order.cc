@@ -49,6 +49,17 @@ void EpochWindow::LocateRange(int64_t first, int64_t count, RowLocation* out) co
   }
 }
 
+void EpochWindow::PositionsOfGroup(int64_t index, int64_t* out) const {
+  const int64_t first = group_starts_[index];
+  const int64_t count = group_rows(index);
+  if (order_) {
+    order_->InverseRange(static_cast<uint64_t>(first), count, reinterpret_cast<uint64_t*>(out));
+    for (int64_t i = 0; i < count; ++i) out[i] += start_;
+  } else {
+    for (int64_t i = 0; i < count; ++i) out[i] = start_ + first + i;
+  }
+}
+
 EpochOrder::EpochOrder(std::shared_ptr<const DatasetLayout> layout, uint64_t seed, int64_t epoch,
                        int64_t window_row_groups, bool shuffle)
     : layout_(std::move(layout)),

@@ -45,6 +45,10 @@ class EpochWindow {
   // Where epoch positions first, ..., first + count - 1 (all within
   // [start(), end())) live, as (index into row_groups(), row), into out.
   void LocateRange(int64_t first, int64_t count, RowLocation* out) const;
+  // The epoch positions of the rows of row_groups()[index], in row order
+  // (the inverse of LocateRange), into out (group_rows(index) of them).
+  void PositionsOfGroup(int64_t index, int64_t* out) const;
+  int64_t group_rows(int64_t index) const { return group_starts_[index + 1] - group_starts_[index]; }
 
  private:
   std::vector<int64_t> row_groups_;

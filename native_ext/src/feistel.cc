@@ -40,12 +40,13 @@ namespace {
 
 constexpr int kBlock = 256;
 
-// Encrypt of x[0..m) in place, m <= kBlock, with each round a loop over the
-// positions (it vectorises, 64-bit multiplies included, on AVX-512).
+// Encrypt (or its inverse) of x[0..m) in place, m <= kBlock, with each round
+// a loop over the positions (it vectorises, 64-bit multiplies included, on
+// AVX-512).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("default", "arch=x86-64-v4")))
 #endif
-void EncryptBlock(const uint64_t* round_keys, int left_bits, int right_bits, uint64_t* x, int m) {
+void CryptBlock(const uint64_t* round_keys, int left_bits, int right_bits, bool inverse, uint64_t* x, int m) {
   alignas(64) uint64_t halves[2][kBlock];
   uint64_t* left = halves[0];
   uint64_t* right = halves[1];
@@ -54,11 +55,19 @@ void EncryptBlock(const uint64_t* round_keys, int left_bits, int right_bits, uin
     left[i] = x[i] >> right_bits;
     right[i] = x[i] & right_mask;
   }
-  for (int round = 0; round < FeistelPermutation::kRounds; ++round) {
-    // As in Encrypt: L ^= F(R) mod 2^l, then the halves swap roles.
-    const uint64_t key = round_keys[round];
-    const uint64_t mask = LowBits(left_bits);
-    for (int i = 0; i < m; ++i) left[i] ^= Mix64(right[i] ^ key) & mask;
+  for (int step = 0; step < FeistelPermutation::kRounds; ++step) {
+    if (!inverse) {
+      // As in Encrypt: L ^= F(R) mod 2^l, then the halves swap roles.
+      const uint64_t key = round_keys[step];
+      const uint64_t mask = LowBits(left_bits);
+      for (int i = 0; i < m; ++i) left[i] ^= Mix64(right[i] ^ key) & mask;
+    } else {
+      // Round kRounds-1-step undone: the state is (R, L ^ F(R)), so
+      // R' ^= F(L') mod 2^r' gives back L, and the halves swap back.
+      const uint64_t key = round_keys[FeistelPermutation::kRounds - 1 - step];
+      const uint64_t mask = LowBits(right_bits);
+      for (int i = 0; i < m; ++i) right[i] ^= Mix64(left[i] ^ key) & mask;
+    }
     std::swap(left, right);
     std::swap(left_bits, right_bits);
   }
@@ -68,6 +77,14 @@ void EncryptBlock(const uint64_t* round_keys, int left_bits, int right_bits, uin
 }  // namespace
 
 void FeistelPermutation::ApplyRange(uint64_t first, int64_t count, uint64_t* out) const {
+  WalkRange(first, count, false, out);
+}
+
+void FeistelPermutation::InverseRange(uint64_t first, int64_t count, uint64_t* out) const {
+  WalkRange(first, count, true, out);
+}
+
+void FeistelPermutation::WalkRange(uint64_t first, int64_t count, bool inverse, uint64_t* out) const {
   alignas(64) uint64_t walking[kBlock];
   int32_t slot[kBlock];
   for (int64_t done = 0; done < count; done += kBlock) {
@@ -77,9 +94,10 @@ void FeistelPermutation::ApplyRange(uint64_t first, int64_t count, uint64_t* out
       slot[i] = i;
     }
     // Cycle walking, as in Apply, for the whole block at once: encrypt every
-    // position still outside [0, n), keep the ones that landed inside.
+    // position still outside [0, n), keep the ones that landed inside (the
+    // inverse walks the same cycles backwards).
     while (m > 0) {
-      EncryptBlock(round_keys_.data(), left_bits_, right_bits_, walking, m);
+      CryptBlock(round_keys_.data(), left_bits_, right_bits_, inverse, walking, m);
       // Branch-free (whether a position is done is a coin flip): every
       // position writes its output, and one still outside is kept walking,
       // so a later pass overwrites its output.

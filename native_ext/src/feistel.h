@@ -30,9 +30,13 @@ class FeistelPermutation {
   // chain per position (33 -> ~3 ns per row at n = 335k). Requires
   // first + count <= size().
   void ApplyRange(uint64_t first, int64_t count, uint64_t* out) const;
+  // The preimages of first, ..., first + count - 1: InverseRange(Apply(x))
+  // gives x. Requires first + count <= size().
+  void InverseRange(uint64_t first, int64_t count, uint64_t* out) const;
 
  private:
   uint64_t Encrypt(uint64_t x) const;
+  void WalkRange(uint64_t first, int64_t count, bool inverse, uint64_t* out) const;
 
   uint64_t n_;
   int left_bits_;   // floor(b / 2): the high half of the input

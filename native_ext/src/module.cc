@@ -153,7 +153,7 @@ PYBIND11_MODULE(_native, m) {
 
   m.def(
       "feistel_permutation",
-      [](uint64_t n, uint64_t key, int64_t first, int64_t count, bool one_at_a_time) {
+      [](uint64_t n, uint64_t key, int64_t first, int64_t count, bool one_at_a_time, bool inverse) {
         if (count < 0) count = static_cast<int64_t>(n) - first;
         if (first < 0 || count < 0 || static_cast<uint64_t>(first + count) > n) {
           throw py::value_error("positions out of range");
@@ -163,7 +163,9 @@ PYBIND11_MODULE(_native, m) {
         {
           py::gil_scoped_release release;
           shardmill::FeistelPermutation permutation(n, key);
-          if (one_at_a_time) {
+          if (inverse) {
+            permutation.InverseRange(static_cast<uint64_t>(first), count, data);
+          } else if (one_at_a_time) {
             for (int64_t i = 0; i < count; ++i) data[i] = permutation.Apply(static_cast<uint64_t>(first + i));
           } else {
             permutation.ApplyRange(static_cast<uint64_t>(first), count, data);
@@ -172,8 +174,10 @@ PYBIND11_MODULE(_native, m) {
         return out;
       },
       py::arg("n"), py::arg("key"), py::arg("first") = 0, py::arg("count") = -1, py::arg("one_at_a_time") = false,
+      py::arg("inverse") = false,
       "The images of first..first+count-1 (default: all of 0..n-1) under the reader's Feistel permutation;\n"
-      "one_at_a_time uses the scalar Apply (the reference the blocked ApplyRange must match).");
+      "one_at_a_time uses the scalar Apply (the reference the blocked ApplyRange must match), inverse\n"
+      "gives preimages instead.");
 
   m.def(
       "sample_labels",

@@ -144,6 +144,9 @@ struct ShardReader::WindowSlot {
   // are released once the window is arranged.
   std::vector<LargeBuffer> arranged;
   LargeBuffer arranged_index;                 // int64 global record index per row
+  // Wide rows: each decoded group's rows are copied straight to their places
+  // by the thread that decoded it (no arrange tasks).
+  bool scatter = false;
   std::vector<char> part_done;  // the consumer waits only for the part it reads
   int64_t decode_pending = 0;
   int64_t arrange_pending = 0;
@@ -302,6 +305,7 @@ void ShardReader::ScheduleLocked() {
     slot->parts = std::min(rows, (rows * row_bytes_ + kArrangePartBytes - 1) / kArrangePartBytes);
     slot->part_done.assign(static_cast<size_t>(slot->parts), 0);
     for (const auto& column : columns_) slot->arranged.push_back(TakeWindowBuffer(rows * column.row_bytes));
+    slot->scatter = row_bytes_ >= kScatterMinRowBytes;
     slot->arranged_index = TakeWindowBuffer(rows * static_cast<int64_t>(sizeof(int64_t)));
     slot->decode_pending = static_cast<int64_t>(slot->groups.size());
     slot->arrange_pending = slot->parts;
@@ -342,16 +346,23 @@ void ShardReader::WorkerLoop() {
       continue;
     }
     auto decoded = Decode(slot.layout.row_groups()[task.index], &handles);
+    if (decoded.ok() && slot.scatter) {
+      ScatterGroup(slot, task.index, **decoded);  // while it is in cache; then it is released
+      decoded = std::shared_ptr<DecodedGroup>();
+    }
     bool schedule_arrange = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (decoded.ok()) {
+      if (!decoded.ok()) {
+        if (slot.status.ok()) slot.status = decoded.status();
+      } else if (!slot.scatter) {
         slot.groups[task.index] = std::move(decoded).MoveValueUnsafe();
-      } else if (slot.status.ok()) {
-        slot.status = decoded.status();
       }
       if (--slot.decode_pending == 0) {
-        if (slot.status.ok()) {
+        if (slot.status.ok() && slot.scatter) {
+          std::fill(slot.part_done.begin(), slot.part_done.end(), 1);  // every row is in place
+          slot.arrange_pending = 0;
+        } else if (slot.status.ok()) {
           // Ahead of the decoding of later windows, part 0 first: the
           // consumer waits for this window (first batch, restore).
           for (int64_t part = slot.parts - 1; part >= 0; --part) tasks_.push_front({task.slot, true, part});
@@ -382,6 +393,35 @@ void ShardReader::ArrangePart(WindowSlot& slot, int64_t part) {
     dest.push_back(slot.arranged[c].data() + begin * columns_[c].row_bytes);
   }
   GatherRows(slot, locations.data(), end - begin, dest);
+}
+
+void ShardReader::ScatterGroup(const WindowSlot& slot, int64_t index, const DecodedGroup& group) const {
+  // Each row of the group, read in order while the group is in cache, to its
+  // place in the window (through the inverse permutation): for wide rows a
+  // scattered write of whole rows costs less than gathering them later from
+  // a window that has left the cache.
+  thread_local std::vector<int64_t> positions;  // reused: no fresh pages per group
+  const int64_t rows = slot.layout.group_rows(index);
+  positions.resize(static_cast<size_t>(rows));
+  slot.layout.PositionsOfGroup(index, positions.data());
+  const uint64_t span = static_cast<uint64_t>(slot.arranged_end - slot.arranged_start);
+  const int64_t first_index = layout_->row_group_offsets[slot.layout.row_groups()[index]];
+  auto* record_index = reinterpret_cast<int64_t*>(slot.arranged_index.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint64_t offset = static_cast<uint64_t>(positions[r] - slot.arranged_start);
+    if (offset >= span) continue;  // another rank's row
+    for (size_t c = 0; c < columns_.size(); ++c) {
+      const int64_t width = columns_[c].row_bytes;
+      uint8_t* dest = slot.arranged[c].data() + static_cast<int64_t>(offset) * width;
+      if (width >= kStreamCopyMinBytes && kStreamingCopy) {
+        StreamCopy(dest, group.column_data[c] + r * width, width);
+      } else {
+        std::memcpy(dest, group.column_data[c] + r * width, width);
+      }
+    }
+    record_index[offset] = first_index + r;
+  }
+  StreamFence();
 }
 
 void ShardReader::GatherRows(const WindowSlot& slot, const RowLocation* locations, int64_t count,
