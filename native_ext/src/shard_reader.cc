@@ -56,6 +56,16 @@ void StreamCopy(uint8_t* dest, const uint8_t* src, int64_t bytes) { std::memcpy(
 void StreamFence() {}
 #endif
 
+// One row of one column into an arranged buffer: streamed if wide enough
+// (then StreamFence() before the rows are published).
+inline void CopyRow(uint8_t* dest, const uint8_t* src, int64_t width) {
+  if (width >= kStreamCopyMinBytes && kStreamingCopy) {
+    StreamCopy(dest, src, width);
+  } else {
+    std::memcpy(dest, src, width);
+  }
+}
+
 }  // namespace
 
 // One open shard file of one worker thread (FileReader is not shared across threads).
@@ -144,9 +154,6 @@ struct ShardReader::WindowSlot {
   // are released once the window is arranged.
   std::vector<LargeBuffer> arranged;
   LargeBuffer arranged_index;                 // int64 global record index per row
-  // Wide rows: each decoded group's rows are copied straight to their places
-  // by the thread that decoded it (no arrange tasks).
-  bool scatter = false;
   std::vector<char> part_done;  // the consumer waits only for the part it reads
   int64_t decode_pending = 0;
   int64_t arrange_pending = 0;
@@ -160,9 +167,14 @@ struct ShardReader::WindowSlot {
     while (part + 1 < parts && PartBegin(part + 1) <= offset) ++part;
     return part;
   }
-  // Readable at `position`: decoded and its part arranged, or failed.
-  bool ReadyAt(int64_t position) const {
-    return decode_pending == 0 && (!status.ok() || part_done[static_cast<size_t>(PartOf(position))]);
+  // Readable at positions first..last: decoded and their parts arranged, or failed.
+  bool ReadyThrough(int64_t first, int64_t last) const {
+    if (decode_pending > 0) return false;
+    if (!status.ok()) return true;
+    for (int64_t part = PartOf(first); part <= PartOf(last); ++part) {
+      if (!part_done[static_cast<size_t>(part)]) return false;
+    }
+    return true;
   }
 };
 
@@ -305,7 +317,6 @@ void ShardReader::ScheduleLocked() {
     slot->parts = std::min(rows, (rows * row_bytes_ + kArrangePartBytes - 1) / kArrangePartBytes);
     slot->part_done.assign(static_cast<size_t>(slot->parts), 0);
     for (const auto& column : columns_) slot->arranged.push_back(TakeWindowBuffer(rows * column.row_bytes));
-    slot->scatter = row_bytes_ >= kScatterMinRowBytes;
     slot->arranged_index = TakeWindowBuffer(rows * static_cast<int64_t>(sizeof(int64_t)));
     slot->decode_pending = static_cast<int64_t>(slot->groups.size());
     slot->arrange_pending = slot->parts;
@@ -346,7 +357,7 @@ void ShardReader::WorkerLoop() {
       continue;
     }
     auto decoded = Decode(slot.layout.row_groups()[task.index], &handles);
-    if (decoded.ok() && slot.scatter) {
+    if (decoded.ok() && ScatterRows()) {
       ScatterGroup(slot, task.index, **decoded);  // while it is in cache; then it is released
       decoded = std::shared_ptr<DecodedGroup>();
     }
@@ -355,11 +366,11 @@ void ShardReader::WorkerLoop() {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!decoded.ok()) {
         if (slot.status.ok()) slot.status = decoded.status();
-      } else if (!slot.scatter) {
+      } else if (!ScatterRows()) {
         slot.groups[task.index] = std::move(decoded).MoveValueUnsafe();
       }
       if (--slot.decode_pending == 0) {
-        if (slot.status.ok() && slot.scatter) {
+        if (slot.status.ok() && ScatterRows()) {
           std::fill(slot.part_done.begin(), slot.part_done.end(), 1);  // every row is in place
           slot.arrange_pending = 0;
         } else if (slot.status.ok()) {
@@ -412,12 +423,7 @@ void ShardReader::ScatterGroup(const WindowSlot& slot, int64_t index, const Deco
     if (offset >= span) continue;  // another rank's row
     for (size_t c = 0; c < columns_.size(); ++c) {
       const int64_t width = columns_[c].row_bytes;
-      uint8_t* dest = slot.arranged[c].data() + static_cast<int64_t>(offset) * width;
-      if (width >= kStreamCopyMinBytes && kStreamingCopy) {
-        StreamCopy(dest, group.column_data[c] + r * width, width);
-      } else {
-        std::memcpy(dest, group.column_data[c] + r * width, width);
-      }
+      CopyRow(slot.arranged[c].data() + static_cast<int64_t>(offset) * width, group.column_data[c] + r * width, width);
     }
     record_index[offset] = first_index + r;
   }
@@ -451,11 +457,7 @@ void ShardReader::GatherRows(const WindowSlot& slot, const RowLocation* location
     const auto& group = slot.groups[loc.row_group];
     for (size_t c = 0; c < columns_.size(); ++c) {
       const int64_t width = columns_[c].row_bytes;
-      if (width >= kStreamCopyMinBytes && kStreamingCopy) {
-        StreamCopy(dest[c] + j * width, group->column_data[c] + loc.row * width, width);
-      } else {
-        std::memcpy(dest[c] + j * width, group->column_data[c] + loc.row * width, width);
-      }
+      CopyRow(dest[c] + j * width, group->column_data[c] + loc.row * width, width);
     }
   }
   StreamFence();
@@ -549,16 +551,7 @@ arrow::Result<BatchView> ShardReader::ViewNext(const BatchPlan& plan, uint64_t* 
     std::unique_lock<std::mutex> lock(mutex_);
     ARROW_ASSIGN_OR_RAISE(slot, WindowAtLocked(target));
     if (target + plan.rows > slot->arranged_end) return BatchView{};  // spans two windows
-    const int64_t first_part = slot->PartOf(target);
-    const int64_t last_part = slot->PartOf(target + plan.rows - 1);
-    group_done_.wait(lock, [&] {
-      if (stopping_ || slot->decode_pending > 0) return stopping_;
-      if (!slot->status.ok()) return true;
-      for (int64_t part = first_part; part <= last_part; ++part) {
-        if (!slot->part_done[static_cast<size_t>(part)]) return false;
-      }
-      return true;
-    });
+    group_done_.wait(lock, [&] { return stopping_ || slot->ReadyThrough(target, target + plan.rows - 1); });
     if (stopping_) return arrow::Status::Cancelled("the reader was stopped");
     ARROW_RETURN_NOT_OK(slot->status);
   }
@@ -587,7 +580,7 @@ arrow::Status ShardReader::FillNext(const BatchPlan& plan, const std::vector<uin
     {
       std::unique_lock<std::mutex> lock(mutex_);
       ARROW_ASSIGN_OR_RAISE(slot, WindowAtLocked(target));
-      group_done_.wait(lock, [&] { return stopping_ || slot->ReadyAt(target); });
+      group_done_.wait(lock, [&] { return stopping_ || slot->ReadyThrough(target, target); });
       if (stopping_) return arrow::Status::Cancelled("the reader was stopped");
       ARROW_RETURN_NOT_OK(slot->status);
     }

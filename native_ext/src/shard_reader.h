@@ -166,6 +166,9 @@ class ShardReader {
   // Measured: 8356 B rows ~1.5x faster scattered; 100 B rows ~10 % slower
   // (random partial-line writes); widths in between not measured.
   static constexpr int64_t kScatterMinRowBytes = 4096;
+  // Wide rows: each decoded group's rows are copied straight to their places
+  // by the thread that decoded it (no arrange tasks).
+  bool ScatterRows() const { return row_bytes_ >= kScatterMinRowBytes; }
   // Decoding allocates through a RecyclingPool: blocks of >= 1 MiB are
   // LargeBuffers, reused by the next window's row groups.
   static constexpr int64_t kRecycleMinBlockBytes = 1 << 20;
