@@ -14,7 +14,7 @@ from shardmill.native_ext import OutputError, ShardReader, _native
 from shardmill.native_ext.reader import frames_as
 from shardmill.transforms.lc0_format import V6_DTYPE
 from shardmill.transforms import keyed_hash
-from tests.datagen.shards import frame_bytes, write_output
+from tests.datagen.shards import extra_values, frame_bytes, write_output
 
 N_ROWS = [1000, 777, 1301]  # 3078 rows; row groups of 64 -> 50 row groups, ragged ends
 
@@ -271,6 +271,70 @@ def test_reads_a_shardmill_run_output(lc0_dataset, tmp_path):
     assert (np.concatenate([b["chunk"] for b in batches]) == expected["chunk"].to_numpy()[index]).all()
     records = frames_as(batches[0], V6_DTYPE)  # the frames viewed as lc0 V6 structs
     assert (records["version"] == 6).all() and records.shape == (len(batches[0]["frame"]),)
+
+
+# ---- Parquet layouts -------------------------------------------------------------
+# PLAIN fixed-width columns without nulls (what the job writes) are read
+# straight from their decompressed pages; dictionary pages, physical widths
+# other than the Arrow type's (int8 is stored as INT32) and nulls go through
+# Arrow. Every layout must serve the same stream with the same bytes.
+
+EXTRA_COLUMNS = {"tiny": "int8", "short": "int16", "word": "uint32", "single": "float32", "double": "float64"}
+LAYOUTS = {
+    "job-options-nullable": {},
+    "job-options-required": dict(nullable=False),
+    "page-v2-nullable": dict(data_page_version="2.0"),
+    "page-v2-required": dict(data_page_version="2.0", nullable=False),
+    "many-pages-per-group": dict(data_page_size=100, write_batch_size=10),
+    "many-v2-pages-snappy": dict(data_page_version="2.0", data_page_size=100, write_batch_size=10,
+                                 compression="snappy", compression_level=None),
+    "uncompressed": dict(compression="none", compression_level=None, nullable=False),
+    "dictionary-encoded": dict(use_dictionary=True),
+}
+
+
+@pytest.mark.parametrize("width", [16, 5000])  # gathered per part / scattered as decoded
+@pytest.mark.parametrize("layout", list(LAYOUTS), ids=list(LAYOUTS))
+def test_every_parquet_layout_serves_the_same_stream_with_the_same_bytes(output, tmp_path, width, layout):
+    directory = str(tmp_path / "layout")
+    write_output(directory, N_ROWS, row_group_rows=64, width=width, extra_columns=EXTRA_COLUMNS, **LAYOUTS[layout])
+    settings = dict(batch_size=70, num_epochs=2, seed=8, shard_index=1, shard_count=2)
+    _, reference = epoch_ids(output, **settings)
+    batches, ids = epoch_ids(directory, columns=["frame", "id", *EXTRA_COLUMNS], **settings)
+    assert (ids == reference).all()
+    for b in batches:
+        assert (b["frame"] == frame_bytes(b["id"], width)).all()
+        for name, dtype in EXTRA_COLUMNS.items():
+            assert b[name].dtype == np.dtype(dtype) and (b[name] == extra_values(b["id"], dtype)).all()
+
+
+@pytest.mark.parametrize("width", [16, 5000])
+@pytest.mark.parametrize("page_version", ["1.0", "2.0"])
+@pytest.mark.parametrize("null_id,shard", [(0, 0), (63, 0), (1000, 1), (1500, 1), (3077, 2)])
+def test_a_null_frame_raises_naming_the_shard_and_column(tmp_path, width, page_version, null_id, shard):
+    directory = str(tmp_path / "nulls")
+    write_output(directory, N_ROWS, row_group_rows=64, width=width, null_ids=[null_id],
+                 data_page_version=page_version)
+    with pytest.raises(OutputError, match=f"shard-0000{shard}-of-00003.parquet.*column 'frame' has nulls"):
+        list(ShardReader(directory, columns=["frame"], batch_size=100))
+
+
+@pytest.mark.parametrize("levels,values,defined", [
+    (bytes([200, 1, 1]), 100, True),             # one RLE run of 100 ones (ULEB128 header 200)
+    (bytes([200, 1, 1]), 101, False),            # ... too short for 101 values
+    (bytes([200, 1, 0]), 100, False),            # a run of zeros: nulls
+    (bytes([5, 0xFF, 0xFF]), 16, True),          # bit-packed: 2 groups of 8 ones
+    (bytes([5, 0xFF, 0x7F]), 15, True),          # ... the 16th level is past the page's values
+    (bytes([5, 0xFF, 0x7F]), 16, False),         # ... and is a null
+    (bytes([3, 0xFF, 4, 1]), 10, True),          # 8 bit-packed ones, then an RLE run of 2 ones
+    (bytes([3, 0xFF, 4, 0]), 10, False),
+    (bytes([5, 0xFF]), 16, False),               # bit-packed groups cut short
+    (bytes([0, 1]), 1, False),                   # a run of no values
+    (bytes([0x80]), 1, False),                   # header cut short
+    (b"", 0, True),
+])
+def test_definition_levels_are_all_defined_only_when_every_value_is(levels, values, defined):
+    assert _native.all_levels_defined(levels, values) is defined
 
 
 # ---- errors ---------------------------------------------------------------------

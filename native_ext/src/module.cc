@@ -3,11 +3,14 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <string_view>
+
 #include "chunk_records.h"
 #include "feistel.h"
 #include "large_buffer.h"
 #include "keyed_hash.h"
 #include "label_sampling.h"
+#include "plain_pages.h"
 #include "self_check.h"
 #include "shard_reader.h"
 #include "status.h"
@@ -151,6 +154,16 @@ PYBIND11_MODULE(_native, m) {
       "cached_memory_bytes", [] { return shardmill::LargeBuffer::CachedBytes(); },
       "Bytes of freed window buffers the process keeps mapped for reuse (at most 512 MiB).");
 
+  m.def(
+      "all_levels_defined",
+      [](py::bytes levels, int64_t values) {
+        const std::string_view view(levels);
+        return shardmill::AllLevelsDefined(reinterpret_cast<const uint8_t*>(view.data()),
+                                           static_cast<int64_t>(view.size()), values);
+      },
+      py::arg("levels"), py::arg("values"),
+      "Whether RLE/bit-packed hybrid definition levels of bit width 1 define the first `values` values\n"
+      "(the check that lets the reader take a page's values as they lie).");
   m.def(
       "feistel_permutation",
       [](uint64_t n, uint64_t key, int64_t first, int64_t count, bool one_at_a_time, bool inverse) {

@@ -11,9 +11,11 @@
 #include <arrow/filesystem/api.h>
 #include <arrow/io/api.h>
 #include <parquet/arrow/reader.h>
+#include <parquet/exception.h>
 #include <parquet/file_reader.h>
 
 #include "keyed_hash.h"
+#include "plain_pages.h"
 #include "recycling_pool.h"
 
 namespace shardmill {
@@ -106,6 +108,8 @@ class ShardHandle {
   arrow::Status Bind(const std::vector<ColumnSpec>& columns) {
     ARROW_ASSIGN_OR_RAISE(auto schema, Schema());
     column_indices_.clear();
+    leaf_indices_.clear();
+    names_.clear();
     for (const auto& column : columns) {
       int index = schema->GetFieldIndex(column.name);
       if (index < 0) return arrow::Status::Invalid("has no column '", column.name, "'");
@@ -114,26 +118,50 @@ class ShardHandle {
                                       ", other shards have ", column.type->ToString());
       }
       column_indices_.push_back(index);
+      names_.push_back(column.name);
+      // -1 for a nested field: not a leaf, so never read page by page.
+      leaf_indices_.push_back(reader_->parquet_reader()->metadata()->schema()->ColumnIndex(column.name));
     }
     return arrow::Status::OK();
   }
 
-  arrow::Result<std::shared_ptr<arrow::Table>> ReadRowGroup(int index) {
+  // Hands the values of bound column `c` in row group `index` to `sink`, in
+  // runs: straight from the decompressed pages where the column is PLAIN
+  // fixed-width without nulls (the sampling job's output), else decoded by
+  // Arrow as one run. `sink` may receive a row twice (ReadPlainColumn).
+  arrow::Status ReadColumn(int index, size_t c, int64_t width, int64_t rows, const ColumnRunSink& sink) {
+    if (leaf_indices_[c] >= 0) {
+      std::shared_ptr<parquet::RowGroupReader> row_group;
+      PARQUET_CATCH_NOT_OK(row_group = reader_->parquet_reader()->RowGroup(index));
+      ARROW_ASSIGN_OR_RAISE(bool plain, ReadPlainColumn(*row_group, leaf_indices_[c], width, rows, sink));
+      if (plain) return arrow::Status::OK();
+    }
     std::shared_ptr<arrow::Table> table;
-    ARROW_RETURN_NOT_OK(reader_->ReadRowGroup(index, column_indices_, &table));
-    return table->CombineChunks();
+    ARROW_RETURN_NOT_OK(reader_->ReadRowGroup(index, {column_indices_[c]}, &table));
+    ARROW_ASSIGN_OR_RAISE(table, table->CombineChunks());
+    const auto& column = *table->column(0);
+    if (column.length() != rows) {
+      return arrow::Status::Invalid("decoded to ", column.length(), " rows, expected ", rows);
+    }
+    if (rows == 0) return arrow::Status::OK();
+    const auto& array = *column.chunk(0);
+    if (array.null_count() != 0) return arrow::Status::Invalid("column '", names_[c], "' has nulls");
+    sink(0, array.data()->buffers[1]->data() + array.offset() * width, rows);
+    return arrow::Status::OK();
   }
 
  private:
   ShardHandle() = default;
   std::string path_;
   std::unique_ptr<parquet::arrow::FileReader> reader_;
-  std::vector<int> column_indices_;
+  std::vector<int> column_indices_;  // of the bound columns, in the Arrow schema
+  std::vector<int> leaf_indices_;    // ... and among the Parquet leaf columns
+  std::vector<std::string> names_;
 };
 
 struct ShardReader::DecodedGroup {
-  std::shared_ptr<arrow::Table> table;        // keeps the buffers alive
-  std::vector<const uint8_t*> column_data;    // first byte of row 0, per column
+  std::vector<std::shared_ptr<arrow::Buffer>> buffers;  // per column: rows x row_bytes
+  std::vector<const uint8_t*> column_data;              // first byte of row 0, per column
 };
 
 struct ShardReader::WindowSlot {
@@ -356,18 +384,22 @@ void ShardReader::WorkerLoop() {
       group_done_.notify_all();
       continue;
     }
-    auto decoded = Decode(slot.layout.row_groups()[task.index], &handles);
-    if (decoded.ok() && ScatterRows()) {
-      ScatterGroup(slot, task.index, **decoded);  // while it is in cache; then it is released
-      decoded = std::shared_ptr<DecodedGroup>();
+    arrow::Status status;
+    std::shared_ptr<DecodedGroup> decoded;
+    if (ScatterRows()) {
+      status = ScatterGroup(slot, task.index, &handles);
+    } else {
+      auto result = Decode(slot.layout.row_groups()[task.index], &handles);
+      if (result.ok()) decoded = std::move(result).MoveValueUnsafe();
+      status = result.status();
     }
     bool schedule_arrange = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (!decoded.ok()) {
-        if (slot.status.ok()) slot.status = decoded.status();
-      } else if (!ScatterRows()) {
-        slot.groups[task.index] = std::move(decoded).MoveValueUnsafe();
+      if (!status.ok()) {
+        if (slot.status.ok()) slot.status = status;
+      } else if (decoded) {
+        slot.groups[task.index] = std::move(decoded);
       }
       if (--slot.decode_pending == 0) {
         if (slot.status.ok() && ScatterRows()) {
@@ -406,28 +438,36 @@ void ShardReader::ArrangePart(WindowSlot& slot, int64_t part) {
   GatherRows(slot, locations.data(), end - begin, dest);
 }
 
-void ShardReader::ScatterGroup(const WindowSlot& slot, int64_t index, const DecodedGroup& group) const {
-  // Each row of the group, read in order while the group is in cache, to its
-  // place in the window (through the inverse permutation): for wide rows a
-  // scattered write of whole rows costs less than gathering them later from
-  // a window that has left the cache.
+arrow::Status ShardReader::ScatterGroup(const WindowSlot& slot, int64_t index,
+                                        std::vector<std::unique_ptr<ShardHandle>>* handles) const {
+  // Each row of the group, as its page is decompressed (in cache), straight
+  // to its place in the window through the inverse permutation: for wide
+  // rows a scattered write of whole rows costs less than gathering them
+  // later from a window that has left the cache, and there is no decoded
+  // copy of the group in between.
   thread_local std::vector<int64_t> positions;  // reused: no fresh pages per group
   const int64_t rows = slot.layout.group_rows(index);
   positions.resize(static_cast<size_t>(rows));
   slot.layout.PositionsOfGroup(index, positions.data());
-  const uint64_t span = static_cast<uint64_t>(slot.arranged_end - slot.arranged_start);
-  const int64_t first_index = layout_->row_group_offsets[slot.layout.row_groups()[index]];
+  const int64_t start = slot.arranged_start;
+  const uint64_t span = static_cast<uint64_t>(slot.arranged_end - start);
+  const int64_t row_group = slot.layout.row_groups()[index];
+  const int64_t first_index = layout_->row_group_offsets[row_group];
   auto* record_index = reinterpret_cast<int64_t*>(slot.arranged_index.data());
   for (int64_t r = 0; r < rows; ++r) {
-    const uint64_t offset = static_cast<uint64_t>(positions[r] - slot.arranged_start);
-    if (offset >= span) continue;  // another rank's row
-    for (size_t c = 0; c < columns_.size(); ++c) {
-      const int64_t width = columns_[c].row_bytes;
-      CopyRow(slot.arranged[c].data() + static_cast<int64_t>(offset) * width, group.column_data[c] + r * width, width);
-    }
-    record_index[offset] = first_index + r;
+    const uint64_t offset = static_cast<uint64_t>(positions[r] - start);
+    if (offset < span) record_index[offset] = first_index + r;  // else another rank's row
   }
+  auto status = ReadGroup(row_group, handles, [&](size_t c, int64_t first_row, const uint8_t* values, int64_t count) {
+    const int64_t width = columns_[c].row_bytes;
+    uint8_t* dest = slot.arranged[c].data();
+    for (int64_t k = 0; k < count; ++k) {
+      const uint64_t offset = static_cast<uint64_t>(positions[first_row + k] - start);
+      if (offset < span) CopyRow(dest + static_cast<int64_t>(offset) * width, values + k * width, width);
+    }
+  });
   StreamFence();
+  return status;
 }
 
 void ShardReader::GatherRows(const WindowSlot& slot, const RowLocation* locations, int64_t count,
@@ -463,8 +503,8 @@ void ShardReader::GatherRows(const WindowSlot& slot, const RowLocation* location
   StreamFence();
 }
 
-arrow::Result<std::shared_ptr<ShardReader::DecodedGroup>> ShardReader::Decode(
-    int64_t row_group, std::vector<std::unique_ptr<ShardHandle>>* handles) {
+arrow::Status ShardReader::ReadGroup(int64_t row_group, std::vector<std::unique_ptr<ShardHandle>>* handles,
+                                     const GroupRunSink& sink) const {
   const int64_t shard = shard_of_group_[row_group];
   const auto& file = options_.shards[shard];
   auto in_file = [&](const arrow::Status& status) {
@@ -478,27 +518,34 @@ arrow::Result<std::shared_ptr<ShardReader::DecodedGroup>> ShardReader::Decode(
     if (!bound.ok()) return in_file(bound);
     handle = std::move(opened).MoveValueUnsafe();
   }
-  auto table = handle->ReadRowGroup(static_cast<int>(index_in_shard_[row_group]));
-  if (!table.ok()) return in_file(table.status());
-  auto decoded = std::make_shared<DecodedGroup>();
-  decoded->table = *table;
+  const int index = static_cast<int>(index_in_shard_[row_group]);
   const int64_t rows = layout_->row_group_rows[row_group];
-  if (decoded->table->num_rows() != rows) {
-    return in_file(arrow::Status::Invalid("row group ", index_in_shard_[row_group], " decoded to ",
-                                          decoded->table->num_rows(), " rows, expected ", rows));
-  }
   for (size_t c = 0; c < columns_.size(); ++c) {
-    const auto& chunks = decoded->table->column(static_cast<int>(c))->chunks();
-    if (rows == 0) {
-      decoded->column_data.push_back(nullptr);
-      continue;
-    }
-    const auto& array = chunks.at(0);
-    if (array->null_count() != 0) {
-      return in_file(arrow::Status::Invalid("column '", columns_[c].name, "' has nulls"));
-    }
-    decoded->column_data.push_back(array->data()->buffers[1]->data() + array->offset() * columns_[c].row_bytes);
+    auto read = handle->ReadColumn(index, c, columns_[c].row_bytes, rows,
+                                   [&](int64_t first_row, const uint8_t* values, int64_t count) {
+                                     sink(c, first_row, values, count);
+                                   });
+    if (!read.ok()) return in_file(read.WithMessage("row group ", index, ": ", read.message()));
   }
+  return arrow::Status::OK();
+}
+
+arrow::Result<std::shared_ptr<ShardReader::DecodedGroup>> ShardReader::Decode(
+    int64_t row_group, std::vector<std::unique_ptr<ShardHandle>>* handles) const {
+  const int64_t rows = layout_->row_group_rows[row_group];
+  auto decoded = std::make_shared<DecodedGroup>();
+  for (const auto& column : columns_) {
+    // Large blocks are recycled LargeBuffers (pages already faulted in).
+    ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> buffer,
+                          arrow::AllocateBuffer(rows * column.row_bytes, decode_pool_.get()));
+    decoded->column_data.push_back(buffer->data());
+    decoded->buffers.push_back(std::move(buffer));
+  }
+  ARROW_RETURN_NOT_OK(ReadGroup(row_group, handles, [&](size_t c, int64_t first_row, const uint8_t* values,
+                                                        int64_t count) {
+    const int64_t width = columns_[c].row_bytes;
+    std::memcpy(decoded->buffers[c]->mutable_data() + first_row * width, values, count * width);
+  }));
   return decoded;
 }
 

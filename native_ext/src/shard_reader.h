@@ -3,14 +3,17 @@
 // Order: EpochOrder (row-group permutation + windowed row shuffle per epoch);
 // this rank reads a contiguous slice of every epoch. Decoding: `num_threads`
 // worker threads read whole row groups (selected columns) of the next
-// `prefetch_windows` windows ahead of the consumer, then arrange each window
+// `prefetch_windows` windows ahead of the consumer (PLAIN fixed-width
+// columns page by page, straight from the decompressed page: see
+// plain_pages.h; anything else through Arrow), then arrange each window
 // in parts across the threads: locate every row this rank reads through the
 // permutation and copy it into contiguous per-column buffers in epoch order
 // (the cache-missing gather runs ahead on the workers; the decoded row
 // groups are released as soon as the window is arranged). Rows of at least
 // kScatterMinRowBytes instead go straight to their places, through the
-// inverse permutation, from each group as soon as it is decoded (lc0
-// frames: ~0.69M -> ~1M rows/s, paired). A batch is then
+// inverse permutation, from each page as soon as it is decompressed (lc0
+// frames: ~0.69M -> ~1M rows/s paired, and ~1.2M -> ~2M without Arrow's
+// copy of the group in between). A batch is then
 // a view into those buffers (ViewNext, no copy; it keeps its window alive),
 // or, where it spans two windows, a contiguous copy (FillNext). Arranged
 // buffers and large decode blocks (through a RecyclingPool) are
@@ -31,6 +34,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -134,9 +138,10 @@ class ShardReader {
   void WorkerLoop();
   // Copies the rows of part `part` of the slot's arranged range to their place.
   void ArrangePart(WindowSlot& slot, int64_t part);
-  // Copies the rows of decoded group `index` this rank reads to their places
-  // in the slot's arranged buffers (wide rows).
-  void ScatterGroup(const WindowSlot& slot, int64_t index, const DecodedGroup& group) const;
+  // Decodes group `index` of the slot's window and copies the rows this
+  // rank reads to their places in the slot's arranged buffers (wide rows).
+  arrow::Status ScatterGroup(const WindowSlot& slot, int64_t index,
+                             std::vector<std::unique_ptr<class ShardHandle>>* handles) const;
   // The window holding epoch position `target` of the current epoch
   // (dropping windows already consumed); requires mutex_.
   arrow::Result<std::shared_ptr<WindowSlot>> WindowAtLocked(int64_t target);
@@ -145,8 +150,15 @@ class ShardReader {
   // consecutive rows starting at dest[c], per column.
   void GatherRows(const WindowSlot& slot, const RowLocation* locations, int64_t count,
                   const std::vector<uint8_t*>& dest) const;
+  // Receives column c's values of rows first_row.. of a row group (see ColumnRunSink).
+  using GroupRunSink = std::function<void(size_t c, int64_t first_row, const uint8_t* values, int64_t rows)>;
+  // Reads the selected columns of global row group `row_group` through this
+  // thread's `handles` (opened on first use), handing every run of values to `sink`.
+  arrow::Status ReadGroup(int64_t row_group, std::vector<std::unique_ptr<class ShardHandle>>* handles,
+                          const GroupRunSink& sink) const;
+  // Row group `row_group` decoded into a buffer per column (for the gather).
   arrow::Result<std::shared_ptr<DecodedGroup>> Decode(int64_t row_group,
-                                                      std::vector<std::unique_ptr<class ShardHandle>>* handles);
+                                                      std::vector<std::unique_ptr<class ShardHandle>>* handles) const;
   std::shared_ptr<const EpochOrder> OrderFor(int64_t epoch);
 
   ReaderOptions options_;
@@ -164,7 +176,8 @@ class ShardReader {
   // Rows of at least this many bytes (all selected columns) are scattered to
   // their places as each group is decoded, instead of gathered per part.
   // Measured: 8356 B rows ~1.5x faster scattered; 100 B rows ~10 % slower
-  // (random partial-line writes); widths in between not measured.
+  // (random partial-line writes), still 5-20 % slower when scattered
+  // straight from the pages; widths in between not measured.
   static constexpr int64_t kScatterMinRowBytes = 4096;
   // Wide rows: each decoded group's rows are copied straight to their places
   // by the thread that decoded it (no arrange tasks).

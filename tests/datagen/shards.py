@@ -1,8 +1,9 @@
 """Writes shardmill-format output directories directly with pyarrow, for reader tests.
 
 Columns: `frame` (fixed_size_binary[width], bytes derived from the id),
-`id` (int64, the row's global index in manifest order) and `source` (string).
-The manifest has the fields the reader uses, computed from the files.
+`id` (int64, the row's global index in manifest order), `source` (string)
+and any `extra_columns` (numeric, `extra_values(ids, dtype)`). The manifest has
+the fields the reader uses, computed from the files.
 """
 
 from __future__ import annotations
@@ -23,25 +24,49 @@ def frame_bytes(ids: np.ndarray, width: int) -> np.ndarray:
     return ((ids[:, None] * np.uint64(2654435761) + cols[None, :] * np.uint64(97)) >> np.uint64(3)).astype(np.uint8)
 
 
-def write_output(directory: str, shard_rows: list[int], row_group_rows: int, width: int = 16) -> dict:
+def extra_values(ids: np.ndarray, dtype) -> np.ndarray:
+    """The values of an extra numeric column for rows `ids`."""
+    return (np.asarray(ids, dtype=np.int64) * 7 + 3).astype(dtype)
+
+
+def write_output(directory: str, shard_rows: list[int], row_group_rows: int, width: int = 16, *,
+                 extra_columns: dict[str, str] | None = None, nullable: bool = True, null_ids=(),
+                 **parquet_options) -> dict:
+    """Writes the shards and manifest; returns the manifest.
+
+    extra_columns: name -> numpy dtype of further numeric columns.
+    nullable: whether the schema's fields are nullable (pyarrow's default; the
+    sampling job writes them non-nullable). null_ids: rows whose frame is null.
+    parquet_options: override the job's `pq.write_table` options (e.g.
+    data_page_version, data_page_size, use_dictionary, compression).
+    """
     os.makedirs(directory, exist_ok=True)
+    null_ids = set(null_ids)
     shards, next_id = [], 0
     for s, rows in enumerate(shard_rows):
         ids = np.arange(next_id, next_id + rows, dtype=np.int64)
         next_id += rows
         frames = np.ascontiguousarray(frame_bytes(ids, width))
-        table = pa.table({
-            "frame": pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), rows, [None, pa.py_buffer(frames)]),
-            "id": ids,
+        validity = None
+        if null_ids:
+            validity = pa.array([int(i) not in null_ids for i in ids]).buffers()[1]
+        columns = {
+            "frame": pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), rows, [validity, pa.py_buffer(frames)]),
+            "id": pa.array(ids),
             "source": pa.array([f"src{s}"] * rows),
-        })
+        }
+        for name, dtype in (extra_columns or {}).items():
+            columns[name] = pa.array(extra_values(ids, dtype))
+        schema = pa.schema([pa.field(name, array.type, nullable=nullable) for name, array in columns.items()])
+        table = pa.table(columns, schema=schema)
         name = f"shard-{s:05d}-of-{len(shard_rows):05d}.parquet"
         path = os.path.join(directory, name)
         # The sampling job's Parquet options (transforms/shard_writer.write_shard:
         # zstd level 1, dictionary encoding for `source` only), so readers and
         # benchmarks decode what real output holds; that module imports Beam.
-        pq.write_table(table, path, row_group_size=row_group_rows, compression="zstd", compression_level=1,
-                       use_dictionary=["source"])
+        options = dict(compression="zstd", compression_level=1, use_dictionary=["source"])
+        options.update(parquet_options)
+        pq.write_table(table, path, row_group_size=row_group_rows, **options)
         metadata = pq.ParquetFile(path).metadata
         with open(path, "rb") as f:
             data = f.read()
