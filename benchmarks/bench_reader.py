@@ -1,7 +1,10 @@
 """Native shard reader vs pyarrow's sequential decode ceiling, side by side on the same shards.
 
-Writes two datasets of shardmill-format shards (small ~100 B rows and lc0
-V6-sized 8356 B frames), then, interleaved over rounds in one process:
+Writes three datasets of shardmill-format shards (small ~100 B rows; lc0
+V6-sized 8356 B frames of bytes derived from the row id, which compress
+~600x so that decoding them is mostly copying; and real V6 records of
+self-play games from tests/datagen/lc0.py, which compress ~15x like real
+training data), then, interleaved over rounds in one process:
   pyarrow_sequential  ParquetFile.iter_batches over every shard, no shuffle,
                       frames viewed as (batch, width) numpy arrays (the decode
                       ceiling on this machine)
@@ -24,8 +27,10 @@ figure is reported but not counted, see bench_peers.py).
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 
 # numpy's bundled OpenBLAS starts spinning worker threads that nothing here
 # uses (~4% of a reader profile); one thread, as a training job would set.
@@ -43,15 +48,18 @@ import pyarrow.parquet as pq
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from shardmill.native_ext import ShardReader  # noqa: E402
-from tests.datagen.shards import write_output  # noqa: E402
+from tests.datagen.lc0 import shuffled_v6_frames  # noqa: E402
+from tests.datagen.shards import frame_bytes, write_output  # noqa: E402
 
 DATASETS = {
-    # name: (rows per shard, shards, frame width, rows per row group ~ 4 MiB).
-    # Each reader round reads a few hundred MB, so throughput is the steady
-    # state: with 4x fewer rows a round took ~0.1 s, of which the first
-    # window's decode (time to first batch, reported on its own) was ~8%.
-    "small_rows_100B": (4_000_000, 4, 100, 41_943),
-    "lc0_frames_8356B": (60_000, 4, 8356, 501),
+    # name: (rows per shard, shards, frame width, rows per row group ~ 4 MiB,
+    # frames(ids, width)). Each reader round reads a few hundred MB, so
+    # throughput is the steady state: with 4x fewer rows a round took ~0.1 s,
+    # of which the first window's decode (time to first batch, reported on
+    # its own) was ~8%.
+    "small_rows_100B": (4_000_000, 4, 100, 41_943, frame_bytes),
+    "lc0_frames_8356B": (60_000, 4, 8356, 501, frame_bytes),
+    "lc0_v6_records_8356B": (60_000, 4, 8356, 501, shuffled_v6_frames()),
 }
 BATCH = 256
 
@@ -132,10 +140,11 @@ def main():
                         help="python of a virtualenv with some of grain, mosaicml-streaming, petastorm (repeatable)")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="bench-reader-")
+    atexit.register(shutil.rmtree, work, True)  # ~150 MB of shards
     report = {"batch_size": BATCH, "datasets": {}}
-    for name, (rows, shards, width, group_rows) in DATASETS.items():
+    for name, (rows, shards, width, group_rows, frames) in DATASETS.items():
         directory = os.path.join(work, name)
-        manifest = write_output(directory, [rows] * shards, row_group_rows=group_rows, width=width)
+        manifest = write_output(directory, [rows] * shards, row_group_rows=group_rows, width=width, frames=frames)
         variants = {"pyarrow_sequential": pyarrow_sequential, "shardmill_reader": shardmill_reader,
                     "shardmill_reader_window1": shardmill_reader_window1}
         times = {v: [] for v in variants}
@@ -147,7 +156,8 @@ def main():
                 times[v].append(time.perf_counter() - start)
         first = statistics.median(first_batch_seconds(directory) for _ in range(args.rounds))
         restores = [restore_seconds(directory) for _ in range(args.rounds)]
-        entry = {"rows": rows * shards, "frame_bytes": width, "variants": {}}
+        entry = {"rows": rows * shards, "frame_bytes": width, "variants": {},
+                 "parquet_bytes": sum(shard["bytes"] for shard in manifest["shards"])}
         for v in variants:
             t = statistics.median(times[v])
             entry["variants"][v] = {"rows_read": counts[v], "seconds": round(t, 3),

@@ -142,6 +142,28 @@ def make_game_records(game_seed: int, num_records: int) -> np.ndarray:
     return rec
 
 
+def shuffled_v6_frames(pool_records: int = 16384, seed: int = 0):
+    """A `frames(ids, width)` function for datagen.shards.write_output: V6
+    records of self-play games, as the sampling job's shuffled output holds
+    them (neighbouring rows from different games). Rows cycle through a pool
+    of `pool_records` records (137 MB at the default, far beyond zstd's window,
+    so the repetition does not help compression)."""
+    rng = np.random.default_rng(seed)
+    games, count = [], 0
+    while count < pool_records:
+        games.append(make_game_records(int(rng.integers(2**32)), int(game_lengths(rng, 1)[0])))
+        count += len(games[-1])
+    pool = np.concatenate(games)[:pool_records].view(np.uint8).reshape(pool_records, V6_DTYPE.itemsize)
+
+    def frames(ids: np.ndarray, width: int) -> np.ndarray:
+        if width != V6_DTYPE.itemsize:
+            raise ValueError(f"V6 frames are {V6_DTYPE.itemsize} bytes, not {width}")
+        # An odd multiplier coprime to the pool size scatters consecutive ids over games.
+        return pool[(np.asarray(ids, dtype=np.int64) * 7919) % pool_records]
+
+    return frames
+
+
 def member_cuts(payload_len: int, members: int, record_size: int = 1) -> np.ndarray:
     """Byte offsets splitting a payload into `members` parts, on multiples of record_size."""
     cuts = np.linspace(0, payload_len // record_size, members + 1).astype(int) * record_size

@@ -31,9 +31,11 @@ def extra_values(ids: np.ndarray, dtype) -> np.ndarray:
 
 def write_output(directory: str, shard_rows: list[int], row_group_rows: int, width: int = 16, *,
                  extra_columns: dict[str, str] | None = None, nullable: bool = True, null_ids=(),
-                 **parquet_options) -> dict:
+                 frames=frame_bytes, **parquet_options) -> dict:
     """Writes the shards and manifest; returns the manifest.
 
+    frames(ids, width): the (len(ids), width) uint8 frames of rows `ids`
+    (default frame_bytes, which tests can check; they compress ~600x).
     extra_columns: name -> numpy dtype of further numeric columns.
     nullable: whether the schema's fields are nullable (pyarrow's default; the
     sampling job writes them non-nullable). null_ids: rows whose frame is null.
@@ -46,12 +48,12 @@ def write_output(directory: str, shard_rows: list[int], row_group_rows: int, wid
     for s, rows in enumerate(shard_rows):
         ids = np.arange(next_id, next_id + rows, dtype=np.int64)
         next_id += rows
-        frames = np.ascontiguousarray(frame_bytes(ids, width))
+        frame_array = np.ascontiguousarray(frames(ids, width), dtype=np.uint8)
         validity = None
         if null_ids:
             validity = pa.array([int(i) not in null_ids for i in ids]).buffers()[1]
         columns = {
-            "frame": pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), rows, [validity, pa.py_buffer(frames)]),
+            "frame": pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), rows, [validity, pa.py_buffer(frame_array)]),
             "id": pa.array(ids),
             "source": pa.array([f"src{s}"] * rows),
         }
