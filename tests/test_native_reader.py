@@ -133,11 +133,11 @@ def test_thread_count_does_not_change_the_stream(output):
     assert (one == four).all()
 
 
-@pytest.mark.parametrize("width", [2000, 5000])
+@pytest.mark.parametrize("width", [255, 256, 2000, 5000])
 def test_wide_rows_copied_another_way_follow_the_same_order(output, tmp_path, width):
-    # Rows of >= 1 KiB are copied with streaming stores; rows of >= 4 KiB are
-    # scattered to their places through the inverse permutation as each row
-    # group is decoded, instead of gathered per part: the stream must not differ.
+    # Rows of >= 256 B are scattered to their places through the inverse
+    # permutation as each page is decompressed, with streaming stores, instead
+    # of gathered per part: the stream must not differ.
     wide = str(tmp_path / "wide")
     write_output(wide, N_ROWS, row_group_rows=64, width=width)
     settings = dict(batch_size=70, num_epochs=2, seed=8, shard_index=1, shard_count=2)
