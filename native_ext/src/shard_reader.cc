@@ -337,7 +337,8 @@ void ShardReader::ScheduleLocked() {
       next_window_ = order->WindowOf(first);
     }
     auto slot = std::make_shared<WindowSlot>(next_epoch_, next_window_, order);
-    slot->groups.resize(slot->layout.row_groups().size());
+    const int64_t groups = static_cast<int64_t>(slot->layout.row_groups().size());
+    if (!ScatterRows()) slot->groups.resize(static_cast<size_t>(groups));  // held until gathered
     slot->arranged_start = std::max(slot->layout.start(), lo);
     slot->arranged_end = std::min(slot->layout.end(), hi);
     const int64_t rows = std::max<int64_t>(0, slot->arranged_end - slot->arranged_start);
@@ -347,9 +348,9 @@ void ShardReader::ScheduleLocked() {
     slot->part_done.assign(static_cast<size_t>(slot->parts), 0);
     for (const auto& column : columns_) slot->arranged.push_back(TakeWindowBuffer(rows * column.row_bytes));
     slot->arranged_index = TakeWindowBuffer(rows * static_cast<int64_t>(sizeof(int64_t)));
-    slot->decode_pending = static_cast<int64_t>(slot->groups.size());
+    slot->decode_pending = groups;
     slot->arrange_pending = slot->parts;
-    for (size_t i = 0; i < slot->groups.size(); ++i) tasks_.push_back({slot, false, static_cast<int64_t>(i)});
+    for (int64_t i = 0; i < groups; ++i) tasks_.push_back({slot, false, i});
     slots_.push_back(slot);
     scheduled = true;
     if (slot->layout.end() >= hi) {
