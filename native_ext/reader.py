@@ -16,7 +16,9 @@ together drop fewer than shard_count rows per epoch.
 
 Memory: at most about 2 x (prefetch_windows + 1) x window_row_groups row
 groups of the selected columns (decoded, and arranged in epoch order), with
-shardmill's default 4 MiB row groups and the defaults below ~200 MiB, plus
+shardmill's default 4 MiB row groups and the defaults below ~200 MiB (about
+half for rows of >= 256 B, which go from each decompressed page straight to
+their place and keep no decoded row groups), plus
 the windows of the batches you hold: a batch keeps its whole window of
 arranged rows alive (tens of MB), so copy a batch (`np.array(a)`) you keep
 beyond the next few steps. Window buffers freed by a reader stay mapped in a

@@ -29,4 +29,8 @@ inline uint64_t HashWords(uint64_t seed, uint64_t stream, std::initializer_list<
   return h;
 }
 
+// out[i] = Mix64(key ^ words[i]): HashWords(seed, stream, {words[i]}) for
+// key = Mix64(seed ^ stream). Vectorised where the CPU allows (keyed_hash.cc).
+void MixKeyedWords(uint64_t key, const uint64_t* words, int64_t count, uint64_t* out);
+
 }  // namespace shardmill

@@ -587,9 +587,10 @@ arrow::Result<std::shared_ptr<ShardReader::WindowSlot>> ShardReader::WindowAtLoc
 }
 
 void ShardReader::RecordSeeds(const int64_t* record_index, int64_t rows, uint64_t* record_seed) const {
-  for (int64_t j = 0; j < rows; ++j) {
-    record_seed[j] = HashWords(options_.seed, kStreamRecordSeed, {static_cast<uint64_t>(record_index[j])});
-  }
+  // HashWords(seed, kStreamRecordSeed, {index}) is Mix64(key ^ index) with
+  // the key below, computed once per batch rather than per row.
+  MixKeyedWords(Mix64(options_.seed ^ kStreamRecordSeed), reinterpret_cast<const uint64_t*>(record_index), rows,
+                record_seed);
 }
 
 arrow::Result<BatchView> ShardReader::ViewNext(const BatchPlan& plan, uint64_t* record_seed) {
