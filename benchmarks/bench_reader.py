@@ -144,7 +144,8 @@ def main():
     report = {"batch_size": BATCH, "datasets": {}}
     for name, (rows, shards, width, group_rows, frames) in DATASETS.items():
         directory = os.path.join(work, name)
-        manifest = write_output(directory, [rows] * shards, row_group_rows=group_rows, width=width, frames=frames)
+        manifest = write_output(directory, [rows] * shards, row_group_rows=group_rows, width=width, frames=frames,
+                                nullable=False)  # as the job writes them: no definition levels
         variants = {"pyarrow_sequential": pyarrow_sequential, "shardmill_reader": shardmill_reader,
                     "shardmill_reader_window1": shardmill_reader_window1}
         times = {v: [] for v in variants}
