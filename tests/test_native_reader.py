@@ -393,6 +393,27 @@ def test_corrupt_shard_raises_naming_the_file_instead_of_aborting(broken):
         list(ShardReader(broken, columns=["frame", "id"], shuffle=False))
 
 
+@pytest.mark.parametrize("nullable", [True, False])
+def test_corrupt_pages_of_wide_rows_raise_naming_the_file(tmp_path, nullable):
+    # Wide rows go from each decompressed page straight to their places: a
+    # page that fails to decompress midway through a row group must still
+    # surface as an error naming the shard, with the stream stopped there.
+    directory = str(tmp_path / "wide")
+    write_output(directory, N_ROWS, row_group_rows=64, width=5000, nullable=nullable,
+                 data_page_size=20000, write_batch_size=4)
+    path = os.path.join(directory, "shard-00001-of-00003.parquet")
+    data = bytearray(open(path, "rb").read())
+    # Every page is a zstd frame; break the magic number of one in the middle
+    # of the file. (Scrambled compressed bytes can decode to wrong bytes
+    # silently: the manifest's checksums, verify_checksums=True, catch those.)
+    frames = [i for i in range(len(data) - 3) if data[i:i + 4] == b"\x28\xb5\x2f\xfd"]
+    assert len(frames) > 20
+    data[frames[len(frames) // 2]] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    with pytest.raises(OutputError, match="shard-00001-of-00003.parquet"):
+        list(ShardReader(directory, columns=["frame", "id"], batch_size=64, seed=3))
+
+
 def test_truncated_shard_with_a_matching_manifest_raises(broken):
     path = os.path.join(broken, "shard-00002-of-00003.parquet")
     data = open(path, "rb").read()[:-100]
