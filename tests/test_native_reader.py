@@ -190,6 +190,16 @@ def test_window_buffers_a_closed_reader_gave_back_are_cached_reused_and_released
     assert native_ext.release_cached_memory() == cached and native_ext.cached_memory_bytes() == 0
 
 
+@pytest.mark.parametrize("given_back,take,picked", [
+    ([2 << 20, 2 << 20, 2 << 20], 1 << 20, 2),  # of equal fits, the one given back last (warmest)
+    ([4 << 20, 2 << 20, 6 << 20], 1 << 20, 1),  # the smallest that fits
+    ([4 << 20, 2 << 20, 4 << 20], 3 << 20, 2),
+    ([2 << 20], 3 << 20, -1),                   # none fits: a new mapping
+])
+def test_the_buffer_cache_gives_the_smallest_fit_given_back_last(given_back, take, picked):
+    assert _native.buffer_cache_pick(given_back, take) == picked
+
+
 def test_batches_viewing_window_buffers_outlive_the_reader_and_later_readers(tmp_path):
     # In-window batches are views into the window's arranged rows (no copy);
     # they keep that window alive, so neither closing the reader nor later

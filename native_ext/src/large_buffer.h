@@ -28,7 +28,7 @@ class LargeBuffer {
 
   LargeBuffer() = default;
   // At least `bytes` (a multiple of kRoundBytes): the smallest cached
-  // block that fits, else a new mapping. Empty (data() == nullptr) if the
+  // block that fits (the last given back of those), else a new mapping. Empty (data() == nullptr) if the
   // memory cannot be mapped. Thread-safe.
   static LargeBuffer Take(int64_t bytes);
   // Bytes of freed blocks the process keeps mapped for reuse.

@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <string_view>
 
 #include "chunk_records.h"
@@ -154,6 +155,27 @@ PYBIND11_MODULE(_native, m) {
       "cached_memory_bytes", [] { return shardmill::LargeBuffer::CachedBytes(); },
       "Bytes of freed window buffers the process keeps mapped for reuse (at most 512 MiB).");
 
+  m.def(
+      "buffer_cache_pick",
+      [](const std::vector<int64_t>& given_back, int64_t take) {
+        py::gil_scoped_release release;
+        shardmill::LargeBuffer::ReleaseCached();
+        std::vector<const uint8_t*> addresses;
+        {
+          std::vector<shardmill::LargeBuffer> buffers;
+          for (int64_t bytes : given_back) {
+            buffers.push_back(shardmill::LargeBuffer::Take(bytes));
+            addresses.push_back(buffers.back().data());
+          }
+          for (auto& buffer : buffers) buffer = shardmill::LargeBuffer();  // given back in this order
+        }
+        const shardmill::LargeBuffer taken = shardmill::LargeBuffer::Take(take);
+        auto found = std::find(addresses.begin(), addresses.end(), taken.data());
+        return found == addresses.end() ? int64_t{-1} : static_cast<int64_t>(found - addresses.begin());
+      },
+      py::arg("given_back"), py::arg("take"),
+      "Empties the buffer cache, gives back buffers of the sizes `given_back` in that order, then takes\n"
+      "one of `take` bytes: which of them it got (-1: a new mapping). Pins the cache's choice.");
   m.def(
       "all_levels_defined",
       [](py::bytes levels, int64_t values) {
