@@ -120,7 +120,9 @@ class ShardReader:
       window_row_groups: row groups whose rows are shuffled together.
       num_threads: decoding threads.
       prefetch_windows: windows decoded ahead of the one being served.
-      verify_checksums: check every shard's SHA-256 before starting.
+      verify_checksums: check every shard's SHA-256 before starting (reads
+        every byte). Parquet pages carry no checksums by default, so bytes
+        corrupted inside compressed data can decode to wrong values silently.
       state: a value from state() to resume exactly where it was taken.
     """
 
