@@ -1,10 +1,10 @@
 // LargeBuffer: a move-only block of anonymous memory, recycled through one
 // cache per process.
 //
-// The reader's window buffers (decoded row groups, staged and arranged
-// rows) are MBs to tens of MBs each and written once through. Fresh memory
-// is a page fault per 4 KiB plus the kernel zeroing it: under perf that was
-// about a fifth of the CPU of reading 100-byte rows. So a destroyed
+// The reader's window buffers (decoded row groups, arranged rows) are MBs
+// to tens of MBs each and written once through. Fresh memory is a page
+// fault per 4 KiB plus the kernel zeroing it: under perf that was about a
+// fifth of the CPU of reading 100-byte rows. So a destroyed
 // LargeBuffer goes back to a process-wide cache (at most kMaxCachedBytes)
 // and Take() hands out the smallest cached block that fits: the next
 // window, and the next reader of the process (a PyTorch iterator per epoch
@@ -25,11 +25,13 @@ class LargeBuffer {
  public:
   static constexpr int64_t kRoundBytes = int64_t{2} << 20;
   static constexpr int64_t kMaxCachedBytes = int64_t{512} << 20;
+  // Blocks are mmap'ed, so aligned to the page size: at least 4 KiB.
+  static constexpr int64_t kAlignment = 4096;
 
   LargeBuffer() = default;
   // At least `bytes` (a multiple of kRoundBytes): the smallest cached
-  // block that fits (the last given back of those), else a new mapping. Empty (data() == nullptr) if the
-  // memory cannot be mapped. Thread-safe.
+  // block that fits (the last given back of those), else a new mapping.
+  // Empty (data() == nullptr) if the memory cannot be mapped. Thread-safe.
   static LargeBuffer Take(int64_t bytes);
   // Bytes of freed blocks the process keeps mapped for reuse.
   static int64_t CachedBytes();

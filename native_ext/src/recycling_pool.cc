@@ -24,7 +24,7 @@ int64_t RecyclingPool::num_allocations() const {
 }
 
 arrow::Status RecyclingPool::Allocate(int64_t size, int64_t alignment, uint8_t** out) {
-  if (size < min_block_bytes_ || alignment > 4096) {
+  if (size < min_block_bytes_ || alignment > LargeBuffer::kAlignment) {
     return upstream_->Allocate(size, alignment, out);
   }
   LargeBuffer block = LargeBuffer::Take(size);

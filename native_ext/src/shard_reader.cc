@@ -59,8 +59,8 @@ void StreamCopy(uint8_t* dest, const uint8_t* src, int64_t bytes) { std::memcpy(
 void StreamFence() {}
 #endif
 
-// One row of one column into an arranged buffer: streamed if wide enough
-// (then StreamFence() before the rows are published).
+// One row of one column to its place in an arranged buffer (the scatter):
+// streamed if wide enough (then StreamFence() before the rows are published).
 inline void CopyRow(uint8_t* dest, const uint8_t* src, int64_t width) {
   if (width >= kStreamCopyMinBytes && kStreamingCopy) {
     StreamCopy(dest, src, width);
@@ -162,7 +162,6 @@ class ShardHandle {
 
 struct ShardReader::DecodedGroup {
   std::vector<std::shared_ptr<arrow::Buffer>> buffers;  // per column: rows x row_bytes
-  std::vector<const uint8_t*> column_data;              // first byte of row 0, per column
 };
 
 struct ShardReader::WindowSlot {
@@ -484,12 +483,15 @@ void ShardReader::GatherRows(const WindowSlot& slot, const RowLocation* location
   // wider rows.
   constexpr int64_t kPrefetchAhead = 16;
   constexpr int64_t kPrefetchBytes = 256;
+  // Only rows narrower than kScatterMinRowBytes are gathered, so no column
+  // here is wide enough for streaming stores (CopyRow, StreamFence).
+  static_assert(kScatterMinRowBytes <= kStreamCopyMinBytes, "gathered rows would need streaming stores");
   for (int64_t j = 0; j < count; ++j) {
     if (j + kPrefetchAhead < count) {
       const RowLocation& ahead = locations[j + kPrefetchAhead];
       const auto& group = slot.groups[ahead.row_group];
       for (size_t c = 0; c < columns_.size(); ++c) {
-        const uint8_t* row = group->column_data[c] + ahead.row * columns_[c].row_bytes;
+        const uint8_t* row = group->buffers[c]->data() + ahead.row * columns_[c].row_bytes;
         const int64_t bytes = std::min(columns_[c].row_bytes, kPrefetchBytes);
         for (int64_t offset = 0; offset < bytes; offset += 64) __builtin_prefetch(row + offset);
         __builtin_prefetch(row + bytes - 1);
@@ -499,10 +501,9 @@ void ShardReader::GatherRows(const WindowSlot& slot, const RowLocation* location
     const auto& group = slot.groups[loc.row_group];
     for (size_t c = 0; c < columns_.size(); ++c) {
       const int64_t width = columns_[c].row_bytes;
-      CopyRow(dest[c] + j * width, group->column_data[c] + loc.row * width, width);
+      std::memcpy(dest[c] + j * width, group->buffers[c]->data() + loc.row * width, width);
     }
   }
-  StreamFence();
 }
 
 arrow::Status ShardReader::ReadGroup(int64_t row_group, std::vector<std::unique_ptr<ShardHandle>>* handles,
@@ -540,7 +541,6 @@ arrow::Result<std::shared_ptr<ShardReader::DecodedGroup>> ShardReader::Decode(
     // Large blocks are recycled LargeBuffers (pages already faulted in).
     ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> buffer,
                           arrow::AllocateBuffer(rows * column.row_bytes, decode_pool_.get()));
-    decoded->column_data.push_back(buffer->data());
     decoded->buffers.push_back(std::move(buffer));
   }
   ARROW_RETURN_NOT_OK(ReadGroup(row_group, handles, [&](size_t c, int64_t first_row, const uint8_t* values,
