@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow.fs as pafs
 
 from shardmill.native_ext._native import NativeError, NativeReader
-from shardmill.transforms.output_contract import FORMAT_VERSION, MANIFEST_NAME
+from shardmill.transforms.output_contract import LEGACY_MANIFEST_NAME, MANIFEST_NAME, READABLE_FORMAT_VERSIONS
 
 STATE_VERSION = 2  # 2: Feistel halves fit odd bit widths (other orders than 1)
 
@@ -63,17 +63,22 @@ def load_manifest(path: str, verify_checksums: bool = False) -> dict:
     Raises OutputError naming the file and what is wrong.
     """
     fs, base = _filesystem(path)
-    manifest_path = posixpath.join(base, MANIFEST_NAME)
-    try:
-        with fs.open_input_stream(manifest_path) as f:
-            manifest = json.loads(f.read())
-    except FileNotFoundError:
+    manifest, manifest_path = None, posixpath.join(base, MANIFEST_NAME)
+    for name in (MANIFEST_NAME, LEGACY_MANIFEST_NAME):
+        manifest_path = posixpath.join(base, name)
+        try:
+            with fs.open_input_stream(manifest_path) as f:
+                manifest = json.loads(f.read())
+            break
+        except FileNotFoundError:
+            continue
+        except ValueError as err:
+            raise OutputError(f"{manifest_path}: not valid JSON ({err})") from None
+    if manifest is None:
         raise OutputError(f"{path!r} has no {MANIFEST_NAME}: not a finished shardmill output") from None
-    except ValueError as err:
-        raise OutputError(f"{manifest_path}: not valid JSON ({err})") from None
-    if manifest.get("format_version") != FORMAT_VERSION:
+    if manifest.get("format_version") not in READABLE_FORMAT_VERSIONS:
         raise OutputError(f"{manifest_path}: format_version {manifest.get('format_version')!r}, "
-                          f"expected {FORMAT_VERSION}")
+                          f"this reader reads {', '.join(map(str, READABLE_FORMAT_VERSIONS))}")
     for shard in manifest["shards"]:
         shard_path = posixpath.join(base, shard["path"])
         info = fs.get_file_info(shard_path)

@@ -14,7 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
+import threading
+import time
 
 
 def _drop_beam_optional_dependency_noise(record: logging.LogRecord) -> bool:
@@ -27,9 +30,16 @@ logging.getLogger().addFilter(_drop_beam_optional_dependency_noise)
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 
 from shardmill.pipelines import config as config_lib  # noqa: E402
-from shardmill.pipelines.inputs import EVENT_SUFFIXES, InputError, expand_inputs  # noqa: E402
+from shardmill.pipelines.inputs import InputError, expand_inputs  # noqa: E402
+from shardmill.pipelines.jobs import job_kind, job_kind_of_manifest  # noqa: E402
+from shardmill.transforms.output_claim import ClaimHeldError  # noqa: E402
 
 MAX_ERRORS_SHOWN = 20
+EXIT_OK, EXIT_ERROR_BUDGET, EXIT_BAD_INVOCATION, EXIT_FAILED = 0, 1, 2, 3
+# Raised before any work: a bad config, input or output (all ValueErrors: ConfigError, InputError,
+# OutputPathError, OutputExistsError, IndexedDatasetError, OutputError), or an output in use.
+# A failure of the pipeline itself arrives as RunFailed, whatever the worker raised.
+BAD_INVOCATION = (ValueError, ClaimHeldError)
 
 
 def _add_count_parser(subparsers) -> None:
@@ -98,7 +108,10 @@ def _add_run_parser(subparsers) -> None:
     p.add_argument("--input", action="append", help="input pattern or directory (replaces the config's)")
     p.add_argument("--output", help="output directory (replaces output.path)")
     p.add_argument("--seed", type=int, help="replaces the config's seed")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing output (it stays readable until the new one is committed)")
+    p.add_argument("--break-claim", action="store_true",
+                   help="take over an output whose claim is stale (a run that crashed on another host)")
     p.add_argument("--dry-run", action="store_true",
                    help="validate, build and serialize the pipeline graph, print it; run nothing")
 
@@ -117,29 +130,25 @@ def _run(args, beam_args) -> int:
     config_lib.validate(config)
     if not config.output.path:
         raise config_lib.ConfigError("output.path: an output directory is required (config or --output)")
+    from shardmill.pipelines import run_job as run_lib  # Beam graph code, imported on use
+
     if args.dry_run:
-        from shardmill.pipelines.run_job import dry_run
-
-        print(dry_run(config, PipelineOptions(beam_args)))
+        print(run_lib.dry_run(config, PipelineOptions(beam_args)))
         return 0
-    if config.HasField("token_dataset"):
-        patterns = []  # the job reads token_dataset.path_prefix
-    elif config.HasField("label_sampling"):
-        patterns = expand_inputs(list(config.input), EVENT_SUFFIXES)
-    else:
-        patterns = expand_inputs(list(config.input))
-
-    from shardmill.pipelines.run_job import run_job  # Beam graph code, imported on use
-    from shardmill.transforms.manifest import render_summary
-
-    print(f"shardmill run: {len(patterns)} pattern(s) -> {config.output.path}", flush=True)
-    manifest = run_job(config, patterns, config.output.path, PipelineOptions(beam_args))
-    print(render_summary(manifest))
-    fraction = manifest["stats"]["accounting"]["error_fraction"]
-    if fraction > config.max_error_fraction:
-        print(f"shardmill run: error: {fraction:.2%} of chunks were bad, more than max_error_fraction "
-              f"{config.max_error_fraction:.2%}; see {config.output.path}/errors.jsonl", file=sys.stderr)
-        return 1
+    kind = job_kind(config)
+    inputs = kind.inputs(config)
+    started = time.monotonic()
+    print(f"shardmill run: {kind.name} job, {len(inputs)} input pattern(s) -> {config.output.path}", flush=True)
+    try:
+        manifest = run_lib.run_job(config, inputs, config.output.path, PipelineOptions(beam_args),
+                                   break_claim=args.break_claim)
+    except run_lib.ErrorBudgetExceeded as err:
+        print(kind.render_summary(err.manifest))
+        print(f"shardmill run: error: {err}", file=sys.stderr)
+        return EXIT_ERROR_BUDGET
+    print(kind.render_summary(manifest))
+    print(f"shardmill run: committed generation {manifest['generation']} to {config.output.path} "
+          f"in {time.monotonic() - started:.1f} s")
     return 0
 
 
@@ -152,15 +161,13 @@ def _add_inspect_parser(subparsers) -> None:
 
 def _inspect(args, beam_args) -> int:
     from shardmill.native_ext import load_manifest  # checks every shard against the manifest too
-    from shardmill.transforms.manifest import render_summary
-
     manifest = load_manifest(args.output_dir)
     if args.json:
         print(json.dumps(manifest["stats"], indent=1))
     else:
         kind = f"lc0 V{manifest['record_version']}" if "record_version" in manifest else manifest["record_format"]
         print(f"{args.output_dir}: {manifest['num_shards']} shard(s), {kind}, seed {manifest['seed']}")
-        print(render_summary(manifest))
+        print(job_kind_of_manifest(manifest).render_summary(manifest))
     if args.plot:
         from shardmill.pipelines.plots import plot_sampling
 
@@ -169,7 +176,12 @@ def _inspect(args, beam_args) -> int:
     return 0
 
 
+def _interrupt(signum, _frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Exit codes: 0 ok, 1 error budget exceeded, 2 bad invocation/config/input/output, 3 failed run."""
     parser = argparse.ArgumentParser(prog="shardmill", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log Beam's progress too")
     subparsers = parser.add_subparsers(dest="command", required=True)
@@ -182,11 +194,28 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("shardmill").setLevel(logging.INFO)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous_sigterm = signal.signal(signal.SIGTERM, _interrupt) if in_main_thread else None
+    unchanged = "temporary files removed, the previous output (if any) is unchanged"
     try:
         return {"count": _count, "run": _run, "inspect": _inspect}[args.command](args, beam_args)
-    except (config_lib.ConfigError, InputError, ValueError) as err:
+    except BAD_INVOCATION as err:
         print(f"shardmill {args.command}: error: {err}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INVOCATION
+    except KeyboardInterrupt as err:
+        print(f"shardmill {args.command}: interrupted ({err or 'SIGINT'}); {unchanged}", file=sys.stderr)
+        return EXIT_FAILED
+    except Exception as err:  # the run failed: one line, the traceback only with -v
+        if args.verbose:
+            logging.getLogger("shardmill").exception("shardmill %s failed", args.command)
+        from shardmill.pipelines.run_job import one_line
+
+        print(f"shardmill {args.command}: failed: {one_line(err)}; {unchanged} (-v shows the traceback)",
+              file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous_sigterm)
 
 
 if __name__ == "__main__":

@@ -1,26 +1,23 @@
-"""`shardmill run` with label_sampling: event logs in, label-sampled shuffled shards out.
+"""The label-sampling job: event logs in, label-sampled rows spilled per shard.
 
 discover → per file: read, sample (ITERATIVE/ADAPTIVE one pass; EXACT after
 two label-only passes for the count and the global priority threshold;
-TWO_PASS after one label-only count pass) → spill per-shard batches →
-group references by shard → write → commit (manifest last).
+TWO_PASS after one label-only count pass) → spill per-shard batches.
+WriteShardedOutput does the rest.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import time
-import typing
 
 import apache_beam as beam
 from apache_beam.io import fileio
 from apache_beam.io.fileio import EmptyMatchTreatment
 from apache_beam.io.filesystems import FileSystems
-from google.protobuf import text_format
 
 from shardmill.pipelines.config import LABEL_MODE_NAMES, JobConfig
-from shardmill.transforms import manifest as manifest_lib
+from shardmill.transforms.manifest import count_reasons
 from shardmill.transforms.event_sources import EventRange, read_events, split_file
 from shardmill.transforms.keyed_hash import fingerprint
 from shardmill.transforms.label_partition import (
@@ -33,8 +30,10 @@ from shardmill.transforms.label_partition import (
     two_pass_rows,
 )
 from shardmill.transforms.label_sampling import exact_keep_count, exact_threshold
-from shardmill.transforms.shard_writer import event_shard_table, write_table_shard
-from shardmill.transforms.spill import delete_spills, read_spilled, spill_dir, write_spill
+from shardmill.transforms.output_lifecycle import RunPaths
+from shardmill.transforms.shard_writer import event_shard_table
+from shardmill.transforms.sharded_output import ShardFormat
+from shardmill.transforms.spill import write_spill
 
 ERRORS = "errors"
 STATS = "stats"
@@ -78,9 +77,9 @@ def _sum_pairs(pairs):
 class _SampleFileFn(beam.DoFn):
     """Reads one event file (a partition), samples it, spills its per-shard batches."""
 
-    def __init__(self, spec: LabelSpec, output_dir: str, num_shards: int):
+    def __init__(self, spec: LabelSpec, spill_dir: str, num_shards: int):
         self._spec = spec
-        self._output_dir = output_dir
+        self._spill_dir = spill_dir
         self._num_shards = num_shards
 
     def process(self, event_range, totals=None, threshold=None):
@@ -96,17 +95,9 @@ class _SampleFileFn(beam.DoFn):
             targets, non_targets = totals
             rate = min(1.0, spec.ratio * targets / non_targets) if non_targets else 0.0
             rows = two_pass_rows(part, rate, spec.seed)
-        yield beam.pvalue.TaggedOutput(STATS, partition_stats(part, rows))
+        yield beam.pvalue.TaggedOutput(STATS, {"partition": partition_stats(part, rows)})
         name = f"events-{fingerprint(event_range.path):016x}-{event_range.index:05d}.arrow"
-        yield from write_spill(f"{spill_dir(self._output_dir)}/{name}",
-                               shard_batches(part, rows, spec.seed, self._num_shards))
-
-
-def _write_event_shard(shard_and_refs, output_dir, num_shards, row_group_bytes, zstd_level):
-    shard, refs = shard_and_refs
-    table = event_shard_table(read_spilled([r for r in refs if r is not None]), IDENTITY_COLUMNS)
-    row_bytes = max(1, table.nbytes // table.num_rows) if table.num_rows else 1
-    return write_table_shard(output_dir, shard, num_shards, table, max(1, row_group_bytes // row_bytes), zstd_level)
+        yield from write_spill(f"{self._spill_dir}/{name}", shard_batches(part, rows, spec.seed, self._num_shards))
 
 
 def _summary(stats: list[dict], ratio: float, mode: str) -> dict:
@@ -127,30 +118,29 @@ def _summary(stats: list[dict], ratio: float, mode: str) -> dict:
     }
 
 
-def _commit(shards, stats, dead_letters, output_dir, config_text, seed, ratio, mode, started_at):
-    shards = sorted(shards, key=lambda s: s["shard"])
-    records = sum(s["records"] for s in stats)
-    manifest = {
-        "format_version": manifest_lib.FORMAT_VERSION,
-        "record_format": "events",
-        "seed": seed,
-        "config": config_text,
-        "num_shards": len(shards),
-        "shards": [{k: v for k, v in s.items() if k != "shard"} for s in shards],
-        "stats": {
-            "label_sampling": _summary(stats, ratio, mode),
+class EventShardFormat(ShardFormat):
+    job_kind = "labels"
+
+    def __init__(self, ratio: float, mode: str):
+        self._ratio = ratio
+        self._mode = mode
+
+    def table(self, batches, record):
+        return event_shard_table(batches, IDENTITY_COLUMNS)
+
+    def finish_stats(self, parts, shards, dead_letters):
+        stats = [p["partition"] for p in parts]
+        records = sum(s["records"] for s in stats)
+        return {
+            "label_sampling": _summary(stats, self._ratio, self._mode),
             "accounting": {
                 "partitions": len(stats),
                 "records_read": records,
                 "records_written": sum(s["rows"] for s in shards),
-                "errors_by_reason": manifest_lib.count_reasons(dead_letters),
+                "errors_by_reason": count_reasons(dead_letters),
                 "error_fraction": len(dead_letters) / (records + len(dead_letters)) if records or dead_letters else 0.0,
             },
-            "timings": {"seconds": round(time.time() - started_at, 3)},
-        },
-    }
-    manifest_lib.commit(output_dir, manifest, dead_letters)
-    delete_spills(output_dir)
+        }
 
 
 def default_num_shards(patterns: list[str], target_shard_bytes: int) -> int:
@@ -159,31 +149,39 @@ def default_num_shards(patterns: list[str], target_shard_bytes: int) -> int:
     return max(1, math.ceil(total / target_shard_bytes))
 
 
-def build_label_job(p: beam.Pipeline, config: JobConfig, patterns: list[str], output_dir: str) -> None:
-    spec = LabelSpec.of(config)
-    num_shards = config.output.num_shards or default_num_shards(patterns, config.output.target_shard_bytes)
-    started_at = time.time()
-    files = (
-        p
-        | "Patterns" >> beam.Create(patterns)
-        | "Match" >> fileio.MatchAll(EmptyMatchTreatment.ALLOW)
-        | "PathAndSize" >> beam.Map(lambda m: (m.path, m.size_in_bytes))
-        | "OncePerFile" >> beam.Distinct()
-        | "Partitions" >> beam.FlatMap(lambda f, limit: split_file(f[0], f[1], limit), spec.max_partition_bytes)
-        | "Spread" >> beam.Reshuffle()
-    )
-    sample = beam.ParDo(_SampleFileFn(spec, output_dir, num_shards))
-    if spec.mode in ("ITERATIVE", "ADAPTIVE"):
-        sampled = files | "Sample" >> sample.with_outputs(ERRORS, STATS, main="refs")
-    else:
-        totals = (
-            files
-            | "CountLabels" >> beam.Map(_label_counts, spec)
-            | "Totals" >> beam.CombineGlobally(_sum_pairs)
+class LabelJob(beam.PTransform):
+    """Event files → label-sampled rows spilled per shard (the WriteShardedOutput inputs)."""
+
+    def __init__(self, config: JobConfig, inputs: list[str], paths: RunPaths):
+        super().__init__()
+        self._spec = LabelSpec.of(config)
+        self._inputs = inputs
+        self._paths = paths
+        self._num_shards = config.output.num_shards or default_num_shards(inputs, config.output.target_shard_bytes)
+        self.shard_format = EventShardFormat(self._spec.ratio, self._spec.mode)
+
+    def expand(self, pbegin):
+        spec = self._spec
+        files = (
+            pbegin
+            | "Patterns" >> beam.Create(self._inputs)
+            | "Match" >> fileio.MatchAll(EmptyMatchTreatment.ALLOW)
+            | "PathAndSize" >> beam.Map(lambda m: (m.path, m.size_in_bytes))
+            | "OncePerFile" >> beam.Distinct()
+            | "Partitions" >> beam.FlatMap(lambda f, limit: split_file(f[0], f[1], limit), spec.max_partition_bytes)
+            | "Spread" >> beam.Reshuffle()
         )
+        sample = _SampleFileFn(spec, self._paths.spill_dir, self._num_shards)
+        side_inputs = {}
+        if spec.mode in ("EXACT", "TWO_PASS"):
+            totals = (
+                files
+                | "CountLabels" >> beam.Map(_label_counts, spec)
+                | "Totals" >> beam.CombineGlobally(_sum_pairs)
+            )
         if spec.mode == "TWO_PASS":
-            sample = beam.ParDo(_SampleFileFn(spec, output_dir, num_shards), totals=beam.pvalue.AsSingleton(totals))
-        else:
+            side_inputs["totals"] = beam.pvalue.AsSingleton(totals)
+        elif spec.mode == "EXACT":
             keep = totals | "Keep" >> beam.Map(lambda t, ratio: exact_keep_count(t[0], t[1], ratio), spec.ratio)
             threshold = (
                 files
@@ -191,25 +189,13 @@ def build_label_job(p: beam.Pipeline, config: JobConfig, patterns: list[str], ou
                 | "AllCandidates" >> beam.combiners.ToList()
                 | "Threshold" >> beam.Map(exact_threshold, beam.pvalue.AsSingleton(keep))
             )
-            sample = beam.ParDo(_SampleFileFn(spec, output_dir, num_shards),
-                                threshold=beam.pvalue.AsSingleton(threshold))
-        sampled = files | "Sample" >> sample.with_outputs(ERRORS, STATS, main="refs")
-    every_shard = p | "EveryShard" >> beam.Create([(s, None) for s in range(num_shards)])
-    shards = (
-        (sampled["refs"], every_shard)
-        | "ShardRefs" >> beam.Flatten()
-        | "AsShardPairs" >> beam.Map(lambda kv: kv).with_output_types(typing.Tuple[int, typing.Any])
-        | "Shuffle" >> beam.GroupByKey()
-        | "Write" >> beam.Map(_write_event_shard, output_dir, num_shards, config.output.row_group_bytes,
-                              config.output.zstd_level)
-    )
-    _ = (
-        shards
-        | "AllShards" >> beam.combiners.ToList()
-        | "Commit" >> beam.Map(
-            _commit,
-            beam.pvalue.AsList(sampled[STATS]),
-            beam.pvalue.AsList(sampled[ERRORS]),
-            output_dir, text_format.MessageToString(config), spec.seed, spec.ratio, spec.mode, started_at,
-        )
-    )
+            side_inputs["threshold"] = beam.pvalue.AsSingleton(threshold)
+        sampled = files | "Sample" >> beam.ParDo(sample, **side_inputs).with_outputs(ERRORS, STATS, main="refs")
+        return {
+            "shard_refs": sampled["refs"],
+            "num_shards": pbegin | "NumShards" >> beam.Create([self._num_shards]),
+            "record": pbegin | "Record" >> beam.Create([{"record_format": "events",
+                                                          "label_column": spec.label_column}]),
+            "errors": sampled[ERRORS],
+            "stats": sampled[STATS],
+        }

@@ -1,11 +1,12 @@
-"""`shardmill run` with token_dataset: Megatron `.idx/.bin` in, Megatron's GPT samples out as shards.
+"""The token job: Megatron `.idx/.bin` in, Megatron's GPT samples spilled per shard.
 
-The driver reads the `.idx` (range reads only ever touch `.bin`), optionally
-keeps sequences by threshold-gamma, builds Megatron's three index arrays
-(transforms/megatron_index.py) and stores them beside the output; workers
-materialise contiguous ranges of the shuffled sample order, one range per
-shard, so shard k holds positions [k·n, (k+1)·n) of Megatron's sample stream
-and reading the shards in order yields exactly that stream.
+The launcher reads the `.idx` (range reads only ever touch `.bin`),
+optionally keeps sequences by threshold-gamma and builds Megatron's three
+index arrays (transforms/megatron_index.py); they are kept in the output as
+`_gNNNNNN/megatron-indices.npz` (numpy arrays document_index, sample_index,
+shuffle_index). Workers materialise contiguous ranges of the shuffled sample
+order, one range per shard, so shard k holds positions [k·n, (k+1)·n) of
+Megatron's sample stream and reading the shards in order yields exactly it.
 """
 
 from __future__ import annotations
@@ -19,17 +20,19 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from google.protobuf import text_format
 
 from shardmill.pipelines.config import JobConfig
-from shardmill.transforms import manifest as manifest_lib
+from shardmill.pipelines.inputs import InputError
 from shardmill.transforms.atomic_io import write_bytes_atomically
 from shardmill.transforms.chunk_sampling import acceptance_probability
 from shardmill.transforms.keyed_hash import STREAM_KEEP, hash_words, unit_float
-from shardmill.transforms.megatron_index import GPTIndices, build_gpt_indices, parse_index, sample_tokens
-from shardmill.transforms.shard_writer import write_table_shard
-from shardmill.transforms.spill import delete_spills, spill_dir
+from shardmill.transforms.megatron_index import (GPTIndices, IndexedDataset, build_gpt_indices, parse_index,
+                                                  sample_tokens)
+from shardmill.transforms.output_lifecycle import RunPaths
+from shardmill.transforms.sharded_output import ShardFormat
+from shardmill.transforms.spill import write_spill
 
+INDICES_NAME = "megatron-indices.npz"  # in the generation's metadata directory
 _INDEX_CACHE: dict[str, tuple] = {}  # per worker process: indices file -> arrays
 
 
@@ -41,8 +44,19 @@ def _read_all(path: str) -> bytes:
 def _size(path: str) -> int:
     matches = FileSystems.match([path])[0].metadata_list
     if not matches:
-        raise FileNotFoundError(f"{path} does not exist")
+        raise InputError(f"{path}: no such file")
     return matches[0].size_in_bytes
+
+
+def read_dataset(idx_path: str, bin_path: str) -> IndexedDataset:
+    """The validated index of a Megatron dataset; InputError names a missing or unreadable file."""
+    bin_size = _size(bin_path)
+    _size(idx_path)
+    try:
+        data = _read_all(idx_path)
+    except OSError as err:
+        raise InputError(f"{idx_path}: cannot read ({err})") from None
+    return parse_index(data, idx_path, bin_size)
 
 
 def kept_sequences(lengths: np.ndarray, threshold: int, gamma: float, seed: int) -> np.ndarray:
@@ -54,8 +68,7 @@ def kept_sequences(lengths: np.ndarray, threshold: int, gamma: float, seed: int)
     return ids[u < acceptance_probability(lengths, threshold, gamma)]
 
 
-def _materialize(task, idx_path, bin_path, indices_path, seq_length, add_extra, tokens_per_epoch,
-                 output_dir, num_shards, row_group_bytes, zstd_level):
+def _materialize(task, indices_path, idx_path, bin_path, seq_length, add_extra, tokens_per_epoch, spill_dir):
     shard, start, end = task
     if indices_path not in _INDEX_CACHE:
         arrays = np.load(io.BytesIO(_read_all(indices_path)))
@@ -69,72 +82,101 @@ def _materialize(task, idx_path, bin_path, indices_path, seq_length, add_extra, 
     with FileSystems.open(bin_path, compression_type=CompressionTypes.UNCOMPRESSED) as bin_file:
         for row, sample in enumerate(samples):
             frames[row] = sample_tokens(bin_file, dataset, indices, int(sample), add_extra).view(np.uint8)
-    table = pa.table({
+    batch = pa.record_batch({
         "tokens": pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(samples), [None, pa.py_buffer(frames)]),
         "sample": pa.array(samples),
         "epoch": pa.array((samples * seq_length // max(tokens_per_epoch, 1)).astype(np.int32)),
     })
-    return write_table_shard(output_dir, shard, num_shards, table, max(1, row_group_bytes // width), zstd_level)
+    return write_spill(f"{spill_dir}/samples-{shard:05d}.arrow", {shard: batch})
 
 
-def _commit(shards, output_dir, config_text, seed, stats, started_at, index_build_seconds):
-    shards = sorted(shards, key=lambda s: s["shard"])
-    manifest = {
-        "format_version": manifest_lib.FORMAT_VERSION,
-        "record_format": "megatron_gpt_samples",
-        "seed": seed,
-        "config": config_text,
-        "num_shards": len(shards),
-        "shards": [{k: v for k, v in s.items() if k != "shard"} for s in shards],
-        "stats": {"token_dataset": stats, "accounting": {"records_written": sum(s["rows"] for s in shards),
-                                                         "errors_by_reason": {}, "error_fraction": 0.0},
-                  # Timings are the only part of a manifest that differs between identical runs.
-                  "timings": {"seconds": round(time.time() - started_at, 3),
-                              "index_build_seconds": round(index_build_seconds, 3)}},
-    }
-    manifest_lib.commit(output_dir, manifest, [])
-    delete_spills(output_dir)
+def _write_indices(data: bytes, path: str) -> str:
+    write_bytes_atomically(path, data)
+    return path
 
 
-def build_token_job(p: beam.Pipeline, config: JobConfig, output_dir: str) -> None:
-    cfg = config.token_dataset
-    started_at = time.time()
-    seed = cfg.random_seed if cfg.HasField("random_seed") else config.seed
-    idx_path, bin_path = cfg.path_prefix + ".idx", cfg.path_prefix + ".bin"
-    dataset = parse_index(_read_all(idx_path), idx_path, _size(bin_path))
-    documents = kept_sequences(dataset.sequence_lengths, cfg.hanse_sampling_threshold, cfg.hanse_sampling_gamma,
-                               config.seed)
-    build_start = time.perf_counter()
-    indices = build_gpt_indices(dataset.sequence_lengths, cfg.seq_length,
-                                cfg.num_samples if cfg.HasField("num_samples") else None, seed,
-                                cfg.add_extra_token, documents)
-    build_seconds = time.perf_counter() - build_start
-    sink = io.BytesIO()
-    np.savez(sink, document_index=indices.document_index, sample_index=indices.sample_index,
-             shuffle_index=indices.shuffle_index)
-    indices_path = f"{spill_dir(output_dir)}/megatron-indices.npz"
-    write_bytes_atomically(indices_path, sink.getvalue())
+class TokenShardFormat(ShardFormat):
+    job_kind = "tokens"
 
-    total = len(indices.shuffle_index)
-    width = (cfg.seq_length + int(cfg.add_extra_token)) * dataset.dtype.itemsize
-    num_shards = config.output.num_shards or max(1, math.ceil(total * width / config.output.target_shard_bytes))
-    bounds = np.linspace(0, total, num_shards + 1).astype(np.int64)
-    tasks = [(s, int(bounds[s]), int(bounds[s + 1])) for s in range(num_shards)]
-    tokens_per_epoch = int(dataset.sequence_lengths[documents].astype(np.int64).sum())
-    stats = {
-        "sequences": dataset.num_sequences, "sequences_kept": len(documents), "dtype": str(dataset.dtype),
-        "seq_length": cfg.seq_length, "add_extra_token": cfg.add_extra_token, "random_seed": seed,
-        "num_samples": total, "num_epochs": indices.num_epochs,
-        "separate_final_epoch": indices.separate_final_epoch, "tokens_per_epoch": tokens_per_epoch,
-    }
-    _ = (
-        p
-        | "SampleRanges" >> beam.Create(tasks)
-        | "Spread" >> beam.Reshuffle()
-        | "Materialize" >> beam.Map(_materialize, idx_path, bin_path, indices_path, cfg.seq_length,
-                                    cfg.add_extra_token, tokens_per_epoch, output_dir, num_shards,
-                                    config.output.row_group_bytes, config.output.zstd_level)
-        | "AllShards" >> beam.combiners.ToList()
-        | "Commit" >> beam.Map(_commit, output_dir, text_format.MessageToString(config), seed, stats, started_at,
-                               build_seconds)
-    )
+    def __init__(self, stats: dict):
+        self._stats = stats
+
+    def table(self, batches, record):
+        # One batch per shard: a contiguous range of Megatron's sample order, kept in that order.
+        return pa.Table.from_batches(batches)
+
+    def row_bytes(self, table, record):
+        return record["row_bytes"]
+
+    def finish_stats(self, parts, shards, dead_letters):
+        return {"token_dataset": self._stats,
+                "accounting": {"records_written": sum(s["rows"] for s in shards),
+                               "errors_by_reason": {}, "error_fraction": 0.0}}
+
+
+class TokenJob(beam.PTransform):
+    """A Megatron .idx/.bin pair → Megatron's sample stream, one contiguous range per shard.
+
+    The indices are built here, at construction (the launcher); reading the
+    `.idx` checks it completely, so a bad dataset fails before any pipeline.
+    """
+
+    def __init__(self, config: JobConfig, inputs: list[str], paths: RunPaths):
+        super().__init__()
+        cfg = config.token_dataset
+        self._paths = paths
+        self._cfg = cfg
+        self._idx_path, self._bin_path = cfg.path_prefix + ".idx", cfg.path_prefix + ".bin"
+        dataset = read_dataset(self._idx_path, self._bin_path)
+        seed = cfg.random_seed if cfg.HasField("random_seed") else config.seed
+        documents = kept_sequences(dataset.sequence_lengths, cfg.hanse_sampling_threshold, cfg.hanse_sampling_gamma,
+                                   config.seed)
+        build_start = time.perf_counter()
+        indices = build_gpt_indices(dataset.sequence_lengths, cfg.seq_length,
+                                    cfg.num_samples if cfg.HasField("num_samples") else None, seed,
+                                    cfg.add_extra_token, documents)
+        build_seconds = time.perf_counter() - build_start
+        sink = io.BytesIO()
+        np.savez(sink, document_index=indices.document_index, sample_index=indices.sample_index,
+                 shuffle_index=indices.shuffle_index)
+        self._indices_npz = sink.getvalue()
+        total = len(indices.shuffle_index)
+        self._width = (cfg.seq_length + int(cfg.add_extra_token)) * dataset.dtype.itemsize
+        num_shards = config.output.num_shards or max(1, math.ceil(total * self._width
+                                                                   / config.output.target_shard_bytes))
+        bounds = np.linspace(0, total, num_shards + 1).astype(np.int64)
+        self._tasks = [(s, int(bounds[s]), int(bounds[s + 1])) for s in range(num_shards)]
+        self._tokens_per_epoch = int(dataset.sequence_lengths[documents].astype(np.int64).sum())
+        self._dtype = str(dataset.dtype)
+        self.shard_format = TokenShardFormat({
+            "sequences": dataset.num_sequences, "sequences_kept": len(documents), "dtype": str(dataset.dtype),
+            "seq_length": cfg.seq_length, "add_extra_token": cfg.add_extra_token, "random_seed": seed,
+            "num_samples": total, "num_epochs": indices.num_epochs,
+            "separate_final_epoch": indices.separate_final_epoch, "tokens_per_epoch": self._tokens_per_epoch,
+            "index_build_seconds": round(build_seconds, 3), "indices_file": INDICES_NAME,
+        })
+
+    def expand(self, pbegin):
+        cfg = self._cfg
+        indices_path = (
+            pbegin
+            | "Indices" >> beam.Create([self._indices_npz])
+            | "KeepIndices" >> beam.Map(_write_indices, f"{self._paths.metadata_dir}/{INDICES_NAME}")
+        )
+        refs = (
+            pbegin
+            | "SampleRanges" >> beam.Create(self._tasks)
+            | "Spread" >> beam.Reshuffle()
+            | "Materialize" >> beam.FlatMap(_materialize, beam.pvalue.AsSingleton(indices_path), self._idx_path,
+                                            self._bin_path, cfg.seq_length, cfg.add_extra_token,
+                                            self._tokens_per_epoch, self._paths.spill_dir)
+        )
+        return {
+            "shard_refs": refs,
+            "num_shards": pbegin | "NumShards" >> beam.Create([len(self._tasks)]),
+            "record": pbegin | "Record" >> beam.Create([{
+                "record_format": "megatron_gpt_samples", "dtype": self._dtype, "seq_length": cfg.seq_length,
+                "add_extra_token": cfg.add_extra_token, "row_bytes": self._width}]),
+            "errors": pbegin | "NoErrors" >> beam.Create([]),
+            "stats": pbegin | "NoStats" >> beam.Create([]),
+        }

@@ -13,7 +13,7 @@ from shardmill.pipelines import cli
 from shardmill.pipelines.config import parse_config, validate
 from shardmill.pipelines.inputs import EVENT_SUFFIXES, expand_inputs
 from shardmill.pipelines.run_job import run_job
-from tests.test_run_job import MULTI_PROCESSING, file_digests
+from tests.test_run_job import MULTI_PROCESSING, file_digests, read_errors
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +65,8 @@ def test_every_mode_keeps_all_targets_and_reports_its_ratio(event_logs, tmp_path
 
 def test_malformed_rows_are_dead_lettered_with_their_line(event_logs, tmp_path):
     directory, _ = event_logs
-    run(directory, tmp_path, "ADAPTIVE")
-    with open(tmp_path / "errors.jsonl") as f:
-        errors = [json.loads(line) for line in f]
+    manifest = run(directory, tmp_path, "ADAPTIVE")
+    errors = read_errors(tmp_path, manifest)
     assert [(os.path.basename(e["path"]), e["reason"], e["member"]) for e in errors] == [
         ("day1.csv", "malformed_row", "line 51")]
 

@@ -266,7 +266,7 @@ def test_reads_a_shardmill_run_output(lc0_dataset, tmp_path):
 
     directory, _ = lc0_dataset
     config = validate(parse_config(
-        f'input: "{directory}"\nindex {{ lc0_version: 6 }}\nchunk_pool {{ position_count: 3 }}\n'
+        f'input: "{directory}"\nindex {{ lc0_version: 6 }}\nchunk_pool {{ position_count: 3 }}\nmax_error_fraction: 0.5\n'
         'output { num_shards: 3 row_group_bytes: 200000 }'))
     out = str(tmp_path / "out")
     manifest = run_job(config, expand_inputs([directory]), out, PipelineOptions([]))
@@ -357,30 +357,30 @@ def broken(output, tmp_path):
 
 
 def _manifest(directory):
-    with open(os.path.join(directory, "manifest.json")) as f:
+    with open(os.path.join(directory, "_manifest.json")) as f:
         return json.load(f)
 
 
 def _save(directory, manifest):
-    with open(os.path.join(directory, "manifest.json"), "w") as f:
+    with open(os.path.join(directory, "_manifest.json"), "w") as f:
         json.dump(manifest, f)
 
 
 def test_directory_without_manifest_is_refused(tmp_path):
-    with pytest.raises(OutputError, match="no manifest.json"):
+    with pytest.raises(OutputError, match="no _manifest.json"):
         ShardReader(str(tmp_path))
 
 
 def test_missing_shard_is_refused(broken):
-    os.remove(os.path.join(broken, "shard-00001-of-00003.parquet"))
-    with pytest.raises(OutputError, match="shard-00001-of-00003.parquet is missing"):
+    os.remove(os.path.join(broken, "g000001-shard-00001-of-00003.parquet"))
+    with pytest.raises(OutputError, match="g000001-shard-00001-of-00003.parquet is missing"):
         ShardReader(broken)
 
 
 def test_shard_size_disagreeing_with_the_manifest_is_refused(broken):
-    with open(os.path.join(broken, "shard-00002-of-00003.parquet"), "ab") as f:
+    with open(os.path.join(broken, "g000001-shard-00002-of-00003.parquet"), "ab") as f:
         f.write(b"x")
-    with pytest.raises(OutputError, match="shard-00002-of-00003.parquet has .* bytes"):
+    with pytest.raises(OutputError, match="g000001-shard-00002-of-00003.parquet has .* bytes"):
         ShardReader(broken)
 
 
@@ -389,17 +389,17 @@ def test_row_groups_disagreeing_with_the_manifest_raise_naming_the_shard(broken)
     groups = manifest["shards"][1]["row_groups"]
     manifest["shards"][1]["row_groups"] = groups[:-2] + [groups[-2] + groups[-1]]
     _save(broken, manifest)
-    with pytest.raises(OutputError, match="shard-00001-of-00003.parquet.*row groups, the manifest says"):
+    with pytest.raises(OutputError, match="g000001-shard-00001-of-00003.parquet.*row groups, the manifest says"):
         list(ShardReader(broken, columns=["id"]))
 
 
 def test_corrupt_shard_raises_naming_the_file_instead_of_aborting(broken):
-    path = os.path.join(broken, "shard-00000-of-00003.parquet")
+    path = os.path.join(broken, "g000001-shard-00000-of-00003.parquet")
     data = bytearray(open(path, "rb").read())
     for i in range(100, 2000):  # scramble column data, keep the footer and the size
         data[i] ^= 0xA5
     open(path, "wb").write(bytes(data))
-    with pytest.raises(OutputError, match="shard-00000-of-00003.parquet"):
+    with pytest.raises(OutputError, match="g000001-shard-00000-of-00003.parquet"):
         list(ShardReader(broken, columns=["frame", "id"], shuffle=False))
 
 
@@ -411,7 +411,7 @@ def test_corrupt_pages_of_wide_rows_raise_naming_the_file(tmp_path, nullable):
     directory = str(tmp_path / "wide")
     write_output(directory, N_ROWS, row_group_rows=64, width=5000, nullable=nullable,
                  data_page_size=20000, write_batch_size=4)
-    path = os.path.join(directory, "shard-00001-of-00003.parquet")
+    path = os.path.join(directory, "g000001-shard-00001-of-00003.parquet")
     data = bytearray(open(path, "rb").read())
     # Every page is a zstd frame; break the magic number of one in the middle
     # of the file. (Scrambled compressed bytes can decode to wrong bytes
@@ -420,18 +420,18 @@ def test_corrupt_pages_of_wide_rows_raise_naming_the_file(tmp_path, nullable):
     assert len(frames) > 20
     data[frames[len(frames) // 2]] ^= 0xFF
     open(path, "wb").write(bytes(data))
-    with pytest.raises(OutputError, match="shard-00001-of-00003.parquet"):
+    with pytest.raises(OutputError, match="g000001-shard-00001-of-00003.parquet"):
         list(ShardReader(directory, columns=["frame", "id"], batch_size=64, seed=3))
 
 
 def test_truncated_shard_with_a_matching_manifest_raises(broken):
-    path = os.path.join(broken, "shard-00002-of-00003.parquet")
+    path = os.path.join(broken, "g000001-shard-00002-of-00003.parquet")
     data = open(path, "rb").read()[:-100]
     open(path, "wb").write(data)
     manifest = _manifest(broken)
     manifest["shards"][2]["bytes"] = len(data)
     _save(broken, manifest)
-    with pytest.raises(OutputError, match="shard-00002-of-00003.parquet"):
+    with pytest.raises(OutputError, match="g000001-shard-00002-of-00003.parquet"):
         list(ShardReader(broken, columns=["id"]))
 
 
@@ -446,13 +446,13 @@ def test_checksum_mismatch_is_refused_when_verifying(broken):
 
 def test_schema_mismatch_between_shards_raises(broken):
     write_output(os.path.join(broken, "other"), [100], row_group_rows=64, width=8)
-    shutil.copy(os.path.join(broken, "other", "shard-00000-of-00001.parquet"),
-                os.path.join(broken, "shard-00001-of-00003.parquet"))
+    shutil.copy(os.path.join(broken, "other", "g000001-shard-00000-of-00001.parquet"),
+                os.path.join(broken, "g000001-shard-00001-of-00003.parquet"))
     manifest = _manifest(broken)
     other = _manifest(os.path.join(broken, "other"))["shards"][0]
     manifest["shards"][1].update({k: other[k] for k in ("rows", "row_groups", "bytes", "sha256")})
     _save(broken, manifest)
-    with pytest.raises(OutputError, match="shard-00001-of-00003.parquet: column 'frame' is fixed_size_binary"):
+    with pytest.raises(OutputError, match="g000001-shard-00001-of-00003.parquet: column 'frame' is fixed_size_binary"):
         list(ShardReader(broken, columns=["frame"]))
 
 

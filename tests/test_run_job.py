@@ -18,7 +18,8 @@ MULTI_PROCESSING = ["--direct_running_mode=multi_processing", "--direct_num_work
 
 
 def job_config(directory, extra=""):
-    return validate(parse_config(f'input: "{directory}"\nseed: 5\n{extra}'))
+    # The dataset holds every kind of bad chunk on purpose: a quarter of what is met.
+    return validate(parse_config(f'input: "{directory}"\nseed: 5\nmax_error_fraction: 0.5\n{extra}'))
 
 
 def run(config, out_dir, beam_args=(), patterns=None):
@@ -27,16 +28,24 @@ def run(config, out_dir, beam_args=(), patterns=None):
 
 
 def file_digests(out_dir):
+    """Every file of an output directory by relative path (the manifest without its timings)."""
     digests = {}
-    for name in sorted(os.listdir(out_dir)):
-        with open(os.path.join(out_dir, name), "rb") as f:
-            data = f.read()
-        if name == "manifest.json":  # timings differ between runs, nothing else may
-            manifest = json.loads(data)
-            del manifest["stats"]["timings"]
-            data = json.dumps(manifest, sort_keys=True).encode()
-        digests[name] = hashlib.sha256(data).hexdigest()
+    for root, _, names in os.walk(out_dir):
+        for name in names:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                data = f.read()
+            if name == "_manifest.json":  # timings differ between runs, nothing else may
+                manifest = json.loads(data)
+                del manifest["stats"]["timings"]
+                data = json.dumps(manifest, sort_keys=True).encode()
+            digests[os.path.relpath(path, out_dir)] = hashlib.sha256(data).hexdigest()
     return digests
+
+
+def read_errors(out_dir, manifest):
+    with open(os.path.join(out_dir, manifest["errors"]["path"])) as f:
+        return [json.loads(line) for line in f]
 
 
 def read_rows(out_dir, manifest):
@@ -85,8 +94,7 @@ def test_records_written_are_uses_times_position_count_and_accounting_balances(s
 
 def test_every_bad_chunk_is_in_errors_jsonl_with_its_reason(sampled_run):
     out, manifest, truth = sampled_run
-    with open(os.path.join(out, "errors.jsonl")) as f:
-        errors = {(os.path.basename(d["path"]), d["chunk"], d["reason"]) for d in map(json.loads, f)}
+    errors = {(os.path.basename(d["path"]), d["chunk"], d["reason"]) for d in read_errors(out, manifest)}
     expected = truth.expected_errors("scan")
     v5 = [c for c in truth.good if c.version == 5]
     expected |= {(c.sort_key, c.chunk, "wrong_version") for c in v5}  # the window is V6
@@ -110,8 +118,7 @@ def test_trailer_miscount_is_caught_when_the_chunk_is_loaded(lc0_dataset, tmp_pa
     directory, truth = lc0_dataset
     config = job_config(directory, "index { count_method: TRAILER }\noutput { num_shards: 1 }")
     manifest = run(config, tmp_path)
-    with open(tmp_path / "errors.jsonl") as f:
-        mismatches = [d for d in map(json.loads, f) if d["reason"] == "count_mismatch"]
+    mismatches = [d for d in read_errors(tmp_path, manifest) if d["reason"] == "count_mismatch"]
     aligned_multi_member = [c for c in truth.good if c.trailer_records != c.num_records]
     assert len(mismatches) == len(aligned_multi_member) > 0
     assert manifest["stats"]["accounting"]["balanced"]
@@ -160,7 +167,8 @@ def test_another_seed_gives_other_shards(lc0_dataset, sampled_run, tmp_path):
     config = job_config(directory, SAMPLED)
     config.seed = 6
     run(config, tmp_path)
-    assert file_digests(tmp_path)["shard-00000-of-00003.parquet"] != file_digests(out)["shard-00000-of-00003.parquet"]
+    name = "g000001-shard-00000-of-00003.parquet"
+    assert file_digests(tmp_path)[name] != file_digests(out)[name]
 
 
 def test_existing_output_is_refused_unless_overwrite(lc0_dataset, sampled_run, tmp_path):
@@ -172,8 +180,9 @@ def test_existing_output_is_refused_unless_overwrite(lc0_dataset, sampled_run, t
     target = tmp_path / "again"
     run(job_config(directory, "output { num_shards: 2 }\nchunk_pool { position_count: 1 }"), target)
     manifest = run(config, target)
-    assert sorted(n for n in os.listdir(target) if n.endswith(".parquet")) == ["shard-00000-of-00001.parquet"]
-    assert manifest["num_shards"] == 1
+    assert sorted(n for n in os.listdir(target) if n.endswith(".parquet")) == ["g000002-shard-00000-of-00001.parquet"]
+    assert manifest["num_shards"] == 1 and manifest["generation"] == 2
+    assert sorted(os.listdir(target)) == ["_g000002", "_manifest.json", "g000002-shard-00000-of-00001.parquet"]
 
 
 def test_row_groups_follow_row_group_bytes(lc0_dataset, tmp_path):
@@ -200,15 +209,17 @@ def test_cli_run_prints_a_summary_and_inspect_reads_it(lc0_dataset, tmp_path, ca
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_cli_run_exits_non_zero_when_errors_exceed_max_error_fraction(lc0_dataset, tmp_path, capsys):
+def test_cli_run_over_the_error_budget_exits_1_commits_nothing_and_keeps_its_report(lc0_dataset, tmp_path, capsys):
     directory, _ = lc0_dataset
     config = tmp_path / "job.textproto"
     config.write_text(f'input: "{directory}"\nmax_error_fraction: 0.01\nchunk_pool {{ position_count: 1 }}\n')
     assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / "o")]) == 1
-    assert "max_error_fraction" in capsys.readouterr().err
-    assert (tmp_path / "o" / "manifest.json").exists()  # the output is complete all the same
+    err = capsys.readouterr().err
+    assert "max_error_fraction" in err and "_rejected" in err
+    assert sorted(os.listdir(tmp_path / "o")) == ["_rejected"]
+    assert sorted(os.listdir(tmp_path / "o" / "_rejected")) == ["_manifest.json", "errors.jsonl"]
 
 
 def test_inspect_refuses_a_directory_without_manifest(tmp_path, capsys):
     assert cli.main(["inspect", str(tmp_path)]) == 2
-    assert "no manifest.json" in capsys.readouterr().err
+    assert "no _manifest.json" in capsys.readouterr().err

@@ -1,9 +1,10 @@
-"""Stage 7: the manifest, written last, and its checks.
+"""Stage 7: the manifest and its summaries.
 
-The manifest describes a finished output directory: schema, record format,
-seed, the full config, every shard (path, rows, row-group row counts, bytes,
-SHA-256) and the stats: accounting that balances, sampling statistics,
-timings. `errors.jsonl` holds every dead letter.
+The manifest describes one committed generation of an output directory, the
+same fields for every job kind: format and shardmill version, job kind,
+record description, schema, seed, the full config, every shard (path, rows,
+row-group row counts, bytes, SHA-256), where the dead letters are, and the
+stats: accounting that balances, sampling statistics, timings.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 
 from shardmill.transforms.atomic_io import write_bytes_atomically
 
-from shardmill.transforms.output_contract import ERRORS_NAME, FORMAT_VERSION, MANIFEST_NAME  # noqa: F401
+from shardmill.transforms.output_contract import FORMAT_VERSION, shardmill_version
 
 
 def count_reasons(dead_letters: list[dict]) -> dict:
@@ -49,47 +50,50 @@ def accounting(plan_stats: dict, load_stats: list[dict], dead_letters: list[dict
 
 def build_manifest(
     *,
+    job_kind: str,
+    record: dict,
     config_text: str,
     seed: int,
-    record_version: int,
-    record_size: int,
+    generation: int,
     schema: list[dict],
-    plan_stats: dict,
-    load_stats: list[dict],
-    dead_letters: list[dict],
     shards: list[dict],
+    errors: dict,
+    stats: dict,
     timings: dict,
 ) -> dict:
+    """The manifest of one generation, with the same fields for every job kind.
+
+    record: `record_format` plus what describes one row of this kind (lc0:
+    record_version, record_size); its keys are also top-level fields.
+    errors: where the generation's dead letters are and how many.
+    """
     shards = sorted(shards, key=lambda s: s["shard"])
     return {
+        **record,
         "format_version": FORMAT_VERSION,
-        "record_format": "lc0",
-        "record_version": record_version,
-        "record_size": record_size,
+        "shardmill_version": shardmill_version(),
+        "job_kind": job_kind,
+        "generation": generation,
+        "record": record,
         "seed": seed,
         "config": config_text,
         "schema": schema,
         "num_shards": len(shards),
-        "shards": [{k: v for k, v in s.items() if k != "shard"} for s in shards],
-        "stats": {
-            "accounting": accounting(plan_stats, load_stats, dead_letters, shards),
-            "sampling": plan_stats["sampling"],
-            "timings": timings,
-        },
+        "shards": [{k: shard[k] for k in ("path", "rows", "row_groups", "bytes", "sha256")} for shard in shards],
+        "errors": errors,
+        # Timings are the only part of a manifest that differs between identical runs.
+        "stats": {**stats, "timings": timings},
     }
 
 
-def write_dead_letters(path: str, dead_letters: list[dict]) -> None:
-    """Writes dead letters as JSON lines in a fixed order (arrival order varies by runner)."""
+def dead_letters_jsonl(dead_letters: list[dict]) -> bytes:
+    """Dead letters as JSON lines in a fixed order (arrival order varies by runner)."""
     ordered = sorted(dead_letters, key=lambda d: (d["path"], d["chunk"], d["member"], d["stage"], d["reason"]))
-    write_bytes_atomically(path, "".join(json.dumps(d, sort_keys=True) + "\n" for d in ordered).encode())
+    return "".join(json.dumps(d, sort_keys=True) + "\n" for d in ordered).encode()
 
 
-def commit(output_dir: str, manifest: dict, dead_letters: list[dict]) -> None:
-    """Writes errors.jsonl, then manifest.json (last: its presence means the output is complete)."""
-    base = output_dir.rstrip("/")
-    write_dead_letters(f"{base}/{ERRORS_NAME}", dead_letters)
-    write_bytes_atomically(f"{base}/{MANIFEST_NAME}", json.dumps(manifest, indent=1, sort_keys=True).encode())
+def write_dead_letters(path: str, dead_letters: list[dict]) -> None:
+    write_bytes_atomically(path, dead_letters_jsonl(dead_letters))
 
 
 def render_label_summary(manifest: dict) -> str:
@@ -118,18 +122,13 @@ def render_token_summary(manifest: dict) -> str:
         f"separate final epoch: {stats['separate_final_epoch']}",
         f"sequences {stats['sequences']:,} ({stats['sequences_kept']:,} kept), {stats['dtype']}, "
         f"{stats['tokens_per_epoch']:,} tokens per epoch, "
-        f"index built in {manifest['stats']['timings']['index_build_seconds']:.2f} s",
+        f"index built in {stats.get('index_build_seconds', manifest['stats']['timings'].get('index_build_seconds', 0)):.2f} s",
         f"records out {manifest['stats']['accounting']['records_written']:,} in {manifest['num_shards']} shard(s), "
         f"time {manifest['stats']['timings']['seconds']:.1f} s",
     ])
 
 
-def render_summary(manifest: dict) -> str:
-    """The short report printed after a run and by `shardmill inspect`."""
-    if manifest.get("record_format") == "megatron_gpt_samples":
-        return render_token_summary(manifest)
-    if manifest.get("record_format") == "events":
-        return render_label_summary(manifest)
+def render_lc0_summary(manifest: dict) -> str:
     acc = manifest["stats"]["accounting"]
     sampling = manifest["stats"]["sampling"]
     timings = manifest["stats"].get("timings", {})

@@ -7,22 +7,13 @@ count and runner, so the bytes are identical for the same plan.
 
 from __future__ import annotations
 
-import hashlib
-import io
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from shardmill.transforms.atomic_io import write_bytes_atomically
 from shardmill.transforms.chunk_loading import shuffle_schema
 
 ORDER_COLUMNS = ["order_key", "source", "chunk", "use_count", "position"]
-
-
-def shard_name(shard: int, num_shards: int) -> str:
-    return f"shard-{shard:05d}-of-{num_shards:05d}.parquet"
 
 
 def output_schema(record_size: int) -> pa.Schema:
@@ -65,40 +56,8 @@ def shard_table(batches: list[pa.RecordBatch], record_size: int) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=output_schema(record_size))
 
 
-def write_table_shard(output_dir: str, shard: int, num_shards: int, table: pa.Table, row_group_rows: int,
-                      zstd_level: int = 1, **parquet_options) -> dict:
-    """Writes a finished shard table as Parquet atomically; returns its manifest entry."""
-    sink = io.BytesIO()
-    pq.write_table(table, sink, row_group_size=max(1, row_group_rows), compression="zstd",
-                   compression_level=zstd_level, **parquet_options)
-    data = sink.getvalue()
-    name = shard_name(shard, num_shards)
-    write_bytes_atomically(f"{output_dir.rstrip('/')}/{name}", data)
-    metadata = pq.ParquetFile(io.BytesIO(data)).metadata
-    return {
-        "shard": shard,
-        "path": name,
-        "rows": table.num_rows,
-        "row_groups": [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)],
-        "bytes": len(data),
-        "sha256": hashlib.sha256(data).hexdigest(),
-    }
-
-
-def write_shard(
-    output_dir: str,
-    shard: int,
-    num_shards: int,
-    batches: list[pa.RecordBatch],
-    record_size: int,
-    row_group_rows: int,
-    zstd_level: int = 1,
-) -> dict:
-    """Writes one lc0 shard atomically; returns its manifest entry."""
-    return write_table_shard(
-        output_dir, shard, num_shards, shard_table(batches, record_size), row_group_rows, zstd_level,
-        use_dictionary=["source"], write_statistics=["source", "chunk", "use_count", "position"],
-    )
+# The lc0 shards' Parquet options: `source` repeats within a row group, the rest does not.
+LC0_PARQUET_OPTIONS = {"use_dictionary": ["source"], "write_statistics": ["source", "chunk", "use_count", "position"]}
 
 
 def event_shard_table(batches: list[pa.RecordBatch], identity_columns: list[str]) -> pa.Table:

@@ -31,7 +31,7 @@ def extra_values(ids: np.ndarray, dtype) -> np.ndarray:
 
 def write_output(directory: str, shard_rows: list[int], row_group_rows: int, width: int = 16, *,
                  extra_columns: dict[str, str] | None = None, nullable: bool = True, null_ids=(),
-                 frames=frame_bytes, **parquet_options) -> dict:
+                 frames=frame_bytes, format_version: int = 2, **parquet_options) -> dict:
     """Writes the shards and manifest; returns the manifest.
 
     frames(ids, width): the (len(ids), width) uint8 frames of rows `ids`
@@ -41,6 +41,8 @@ def write_output(directory: str, shard_rows: list[int], row_group_rows: int, wid
     sampling job writes them non-nullable). null_ids: rows whose frame is null.
     parquet_options: override the job's `pq.write_table` options (e.g.
     data_page_version, data_page_size, use_dictionary, compression).
+    format_version: 2 (generation 1: `_manifest.json`, `g000001-shard-…`) or
+    1 (`manifest.json`, `shard-…`), as older shardmill versions wrote.
     """
     os.makedirs(directory, exist_ok=True)
     null_ids = set(null_ids)
@@ -62,8 +64,10 @@ def write_output(directory: str, shard_rows: list[int], row_group_rows: int, wid
         schema = pa.schema([pa.field(name, array.type, nullable=nullable) for name, array in columns.items()])
         table = pa.table(columns, schema=schema)
         name = f"shard-{s:05d}-of-{len(shard_rows):05d}.parquet"
+        if format_version >= 2:
+            name = "g000001-" + name
         path = os.path.join(directory, name)
-        # The sampling job's Parquet options (transforms/shard_writer.write_shard:
+        # The sampling job's Parquet options (transforms/shard_writer.LC0_PARQUET_OPTIONS:
         # zstd level 1, dictionary encoding for `source` only), so readers and
         # benchmarks decode what real output holds; that module imports Beam.
         options = dict(compression="zstd", compression_level=1, use_dictionary=["source"])
@@ -77,8 +81,10 @@ def write_output(directory: str, shard_rows: list[int], row_group_rows: int, wid
             "row_groups": [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)],
             "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
         })
-    manifest = {"format_version": 1, "record_format": "test", "record_size": width, "seed": 0,
+    manifest = {"format_version": format_version, "record_format": "test", "record_size": width, "seed": 0,
                 "num_shards": len(shards), "shards": shards, "stats": {}}
-    with open(os.path.join(directory, "manifest.json"), "w") as f:
+    if format_version >= 2:
+        manifest["generation"] = 1
+    with open(os.path.join(directory, "_manifest.json" if format_version >= 2 else "manifest.json"), "w") as f:
         json.dump(manifest, f)
     return manifest

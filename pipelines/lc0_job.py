@@ -1,0 +1,124 @@
+"""The lc0 job: chunk files in, sampled records spilled per shard.
+
+Reads top to bottom as the data flow: discover and index the chunk files,
+plan (one global element), load the planned chunks of each read task and
+spill their records per shard. WriteShardedOutput does the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from shardmill.pipelines.config import JobConfig, count_method, sampling_params
+from shardmill.pipelines.count_job import index_inputs, sort_index
+from shardmill.transforms.chunk_loading import load_task
+from shardmill.transforms.index_transforms import ERRORS
+from shardmill.transforms.job_plan import OutputParams, make_plan
+from shardmill.transforms.keyed_hash import fingerprint
+from shardmill.transforms.manifest import accounting
+from shardmill.transforms.output_lifecycle import RunPaths
+from shardmill.transforms.shard_writer import LC0_PARQUET_OPTIONS, shard_table
+from shardmill.transforms.sharded_output import ShardFormat
+from shardmill.transforms.spill import write_spill
+
+_LOG = logging.getLogger(__name__)
+LOAD_STATS = "load_stats"
+
+
+class Lc0ShardFormat(ShardFormat):
+    job_kind = "lc0"
+    parquet_options = LC0_PARQUET_OPTIONS
+
+    def table(self, batches, record):
+        return shard_table(batches, record["record_size"])
+
+    def row_bytes(self, table, record):
+        return record["record_size"]
+
+    def finish_stats(self, parts, shards, dead_letters):
+        plan_stats = next(p["plan"] for p in parts if "plan" in p)
+        loads = [p["load"] for p in parts if "load" in p]
+        return {"accounting": accounting(plan_stats, loads, dead_letters, shards), "sampling": plan_stats["sampling"]}
+
+
+class _LoadTasksFn(beam.DoFn):
+    """Loads a read task and spills its per-shard batches; emits (shard, spill ref) pairs."""
+
+    def __init__(self, spill_dir: str):
+        self._spill_dir = spill_dir
+        self._records = Metrics.counter("shardmill.load", "records")
+        self._errors = Metrics.counter("shardmill.load", "errors")
+
+    def setup(self):
+        self._started = self._last_log = time.monotonic()
+        self._done_records = self._done_tasks = 0
+
+    def process(self, task):
+        loaded = load_task(task)
+        for dead in loaded.dead_letters:
+            self._errors.inc()
+            yield beam.pvalue.TaggedOutput(ERRORS, dead.to_dict())
+        yield beam.pvalue.TaggedOutput(LOAD_STATS, {"load": {
+            "chunks_loaded": loaded.chunks_loaded,
+            "uses_written": loaded.uses_written,
+            "records_written": loaded.records_written,
+        }})
+        name = f"task-{fingerprint(task.source):016x}-{task.chunks['chunk'][0].as_py():08d}.arrow"
+        yield from write_spill(f"{self._spill_dir}/{name}", loaded.batches)
+        self._records.inc(loaded.records_written)
+        self._done_records += loaded.records_written
+        self._done_tasks += 1
+        now = time.monotonic()
+        if now - self._last_log >= 10:
+            self._last_log = now
+            _LOG.info("loaded %d read tasks, %d records (%.0f records/s on this worker)", self._done_tasks,
+                      self._done_records, self._done_records / (now - self._started))
+
+
+def _record(plan) -> dict:
+    return {"record_format": "lc0", "record_version": plan.record_version, "record_size": plan.record_size}
+
+
+class Lc0Job(beam.PTransform):
+    """lc0 chunk files → the WriteShardedOutput inputs."""
+
+    shard_format = Lc0ShardFormat()
+
+    def __init__(self, config: JobConfig, inputs: list[str], paths: RunPaths):
+        super().__init__()
+        self._inputs = inputs
+        self._paths = paths
+        self._count_method = count_method(config)
+        self._expected_version = config.index.lc0_version
+        self._params = sampling_params(config)
+        self._output = OutputParams(num_shards=config.output.num_shards,
+                                    target_shard_bytes=config.output.target_shard_bytes)
+
+    def expand(self, pbegin):
+        indexed = index_inputs(pbegin, self._inputs, self._count_method, self._expected_version)
+        plan = (
+            indexed["index"]
+            | "WholeIndex" >> beam.combiners.ToList()
+            | "Plan" >> beam.Map(lambda tables, params, out: make_plan(sort_index(tables), params, out),
+                                 self._params, self._output)
+        )
+        loaded = (
+            plan
+            | "ReadTasks" >> beam.FlatMap(lambda pl: pl.tasks)
+            | "SpreadTasks" >> beam.Reshuffle()
+            | "Load" >> beam.ParDo(_LoadTasksFn(self._paths.spill_dir)).with_outputs(ERRORS, LOAD_STATS,
+                                                                                      main="refs")
+        )
+        plan_errors = plan | "PlanErrors" >> beam.FlatMap(lambda pl: [d.to_dict() for d in pl.dead_letters])
+        plan_stats = plan | "PlanStats" >> beam.Map(lambda pl: {"plan": pl.stats})
+        return {
+            "shard_refs": loaded["refs"],
+            "num_shards": plan | "NumShards" >> beam.Map(lambda pl: pl.num_shards),
+            "record": plan | "Record" >> beam.Map(_record),
+            "errors": (indexed[ERRORS], plan_errors, loaded[ERRORS]) | "AllErrors" >> beam.Flatten(),
+            "stats": (plan_stats, loaded[LOAD_STATS]) | "AllStats" >> beam.Flatten(),
+        }

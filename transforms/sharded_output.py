@@ -1,0 +1,179 @@
+"""Stages 5-7 for every job: spilled per-shard batches in, staged shards and prepared manifest out.
+
+Every job ends with WriteShardedOutput. It takes a dict of PCollections:
+
+  shard_refs   (shard, spill ref) pairs: the job's rows, spilled (transforms/spill.py)
+  num_shards   one int
+  record       one dict: record_format and what describes a row of this kind
+  errors       dead-letter dicts
+  stats        dicts, any number: the job's parts of the stats, which its
+               ShardFormat.finish_stats combines with the written shards
+
+and writes, under the run's staging directory, one Parquet file per shard,
+the dead letters, and last the prepared manifest, which the launcher then
+commits (transforms/output_lifecycle.py).
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import hashlib
+import io
+import logging
+import os
+import time
+import typing
+
+import apache_beam as beam
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.transforms.window import GlobalWindows
+
+from shardmill.transforms.atomic_io import write_bytes_atomically
+from shardmill.transforms.manifest import build_manifest, write_dead_letters
+from shardmill.transforms.output_contract import ERRORS_NAME, generation_dir_name
+from shardmill.transforms.output_lifecycle import RunPaths, write_prepared_manifest
+from shardmill.transforms.spill import read_spilled
+
+_LOG = logging.getLogger(__name__)
+WRITE_THREADS = min(2, os.cpu_count() or 1)  # shards written at once per worker
+
+
+class ShardFormat:
+    """How one job kind turns a shard's batches into its Parquet file, and its stats into the manifest's.
+
+    Subclasses are plain picklable objects (they travel to workers).
+    """
+
+    job_kind = ""
+    parquet_options: dict = {}
+
+    def table(self, batches: list[pa.RecordBatch], record: dict) -> pa.Table:
+        """The shard's rows in their final order."""
+        raise NotImplementedError
+
+    def row_bytes(self, table: pa.Table, record: dict) -> int:
+        """Bytes of one row, for sizing row groups (default: the table's average)."""
+        return max(1, table.nbytes // table.num_rows) if table.num_rows else 1
+
+    def finish_stats(self, parts: list[dict], shards: list[dict], dead_letters: list[dict]) -> dict:
+        """The manifest's stats (without timings); must hold accounting.error_fraction."""
+        raise NotImplementedError
+
+
+def encode_shard(table: pa.Table, row_group_rows: int, zstd_level: int, **parquet_options) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(table, sink, row_group_size=max(1, row_group_rows), compression="zstd",
+                   compression_level=zstd_level, **parquet_options)
+    return sink.getvalue()
+
+
+def write_shard_file(path: str, name: str, table: pa.Table, row_group_rows: int, zstd_level: int = 1,
+                     **parquet_options) -> dict:
+    """Writes a finished shard table as Parquet atomically; returns its manifest entry (path = name)."""
+    data = encode_shard(table, row_group_rows, zstd_level, **parquet_options)
+    write_bytes_atomically(path, data)
+    metadata = pq.ParquetFile(io.BytesIO(data)).metadata
+    return {
+        "path": name,
+        "rows": table.num_rows,
+        "row_groups": [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)],
+        "bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "schema": [{"name": f.name, "type": str(f.type)} for f in table.schema],
+    }
+
+
+class _WriteShardFn(beam.DoFn):
+    """Writes shards, up to WRITE_THREADS at a time within a bundle.
+
+    pyarrow's Parquet encoding and zstd release the GIL, so a worker with
+    several shards in its bundle keeps more than one core busy; entries are
+    emitted as writes finish, and all of them by the end of the bundle.
+    """
+
+    def __init__(self, paths: RunPaths, shard_format: ShardFormat, row_group_bytes: int, zstd_level: int):
+        self._paths = paths
+        self._format = shard_format
+        self._row_group_bytes = row_group_bytes
+        self._zstd_level = zstd_level
+
+    def setup(self):
+        self._pool = concurrent.futures.ThreadPoolExecutor(WRITE_THREADS)
+
+    def start_bundle(self):
+        self._pending = collections.deque()
+
+    def _write(self, shard: int, refs: list, num_shards: int, record: dict) -> dict:
+        table = self._format.table(read_spilled(refs), record)
+        rows = max(1, self._row_group_bytes // self._format.row_bytes(table, record))
+        entry = write_shard_file(self._paths.staged_shard(shard, num_shards), self._paths.shard_name(shard, num_shards),
+                                 table, rows, self._zstd_level, **self._format.parquet_options)
+        _LOG.info("wrote shard %d of %d: %d rows", shard + 1, num_shards, entry["rows"])
+        return {"shard": shard, **entry}
+
+    def process(self, shard_and_refs, num_shards, record):
+        shard, refs = shard_and_refs
+        refs = [r for r in refs if r is not None]
+        self._pending.append(self._pool.submit(self._write, shard, refs, num_shards, record))
+        while len(self._pending) > WRITE_THREADS:
+            yield self._pending.popleft().result()
+
+    def finish_bundle(self):
+        while self._pending:
+            yield GlobalWindows.windowed_value(self._pending.popleft().result())
+
+    def teardown(self):
+        self._pool.shutdown(wait=True)
+
+
+def _finalize(shards, record, dead_letters, parts, paths: RunPaths, shard_format: ShardFormat, config_text: str,
+              seed: int, started_at: float) -> None:
+    shards = sorted(shards, key=lambda s: s["shard"])
+    write_dead_letters(paths.errors_path, dead_letters)
+    manifest = build_manifest(
+        job_kind=shard_format.job_kind, record=record, config_text=config_text, seed=seed,
+        generation=paths.generation, schema=shards[0]["schema"] if shards else [], shards=shards,
+        errors={"path": f"{generation_dir_name(paths.generation)}/{ERRORS_NAME}", "count": len(dead_letters)},
+        stats=shard_format.finish_stats(parts, shards, dead_letters),
+        timings={"seconds": round(time.time() - started_at, 3)},
+    )
+    write_prepared_manifest(paths, manifest)
+
+
+class WriteShardedOutput(beam.PTransform):
+    """Shuffle (group spill refs by shard) → write each shard → prepare the manifest."""
+
+    def __init__(self, paths: RunPaths, shard_format: ShardFormat, *, row_group_bytes: int, zstd_level: int,
+                 config_text: str, seed: int, started_at: float):
+        super().__init__()
+        self._paths = paths
+        self._format = shard_format
+        self._row_group_bytes = row_group_bytes
+        self._zstd_level = zstd_level
+        self._config_text = config_text
+        self._seed = seed
+        self._started_at = started_at
+
+    def expand(self, job):
+        num_shards = beam.pvalue.AsSingleton(job["num_shards"])
+        record = beam.pvalue.AsSingleton(job["record"])
+        # Every shard gets an element, so a shard that received no rows is still written (empty).
+        every_shard = job["num_shards"] | "EveryShard" >> beam.FlatMap(lambda n: [(s, None) for s in range(n)])
+        shards = (
+            (job["shard_refs"], every_shard)
+            | "ShardRefs" >> beam.Flatten()
+            # Inference can't see through tagged outputs; state the pair type.
+            | "AsShardPairs" >> beam.Map(lambda kv: kv).with_output_types(typing.Tuple[int, typing.Any])
+            | "Shuffle" >> beam.GroupByKey()
+            | "Write" >> beam.ParDo(_WriteShardFn(self._paths, self._format, self._row_group_bytes,
+                                                  self._zstd_level), num_shards, record)
+        )
+        return (
+            shards
+            | "AllShards" >> beam.combiners.ToList()
+            | "Finalize" >> beam.Map(_finalize, record, beam.pvalue.AsList(job["errors"]),
+                                     beam.pvalue.AsList(job["stats"]), self._paths, self._format,
+                                     self._config_text, self._seed, self._started_at)
+        )
