@@ -27,19 +27,20 @@ def _drop_beam_optional_dependency_noise(record: logging.LogRecord) -> bool:
 
 logging.getLogger().addFilter(_drop_beam_optional_dependency_noise)
 
-from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
-
-from shardmill.pipelines import config as config_lib  # noqa: E402
-from shardmill.pipelines.inputs import InputError, expand_inputs  # noqa: E402
-from shardmill.pipelines.jobs import job_kind, job_kind_of_manifest  # noqa: E402
-from shardmill.transforms.output_claim import ClaimHeldError  # noqa: E402
+# Beam and the job code are imported inside the commands, after main() has taken over SIGINT and
+# SIGTERM: importing Beam takes a second or two, and a Ctrl-C then must end as cleanly as later.
 
 MAX_ERRORS_SHOWN = 20
 EXIT_OK, EXIT_ERROR_BUDGET, EXIT_BAD_INVOCATION, EXIT_FAILED = 0, 1, 2, 3
-# Raised before any work: a bad config, input or output (all ValueErrors: ConfigError, InputError,
-# OutputPathError, OutputExistsError, IndexedDatasetError, OutputError), or an output in use.
-# A failure of the pipeline itself arrives as RunFailed, whatever the worker raised.
-BAD_INVOCATION = (ValueError, ClaimHeldError)
+
+
+def _is_bad_invocation(err: BaseException) -> bool:
+    """Raised before any work: a bad config, input or output (ValueErrors: ConfigError, InputError,
+    OutputPathError, OutputExistsError, IndexedDatasetError, OutputError), or an output in use.
+    A failure of the pipeline itself arrives as RunFailed, whatever the worker raised."""
+    from shardmill.transforms.output_claim import ClaimHeldError
+
+    return isinstance(err, (ValueError, ClaimHeldError))
 
 
 def _add_count_parser(subparsers) -> None:
@@ -64,6 +65,11 @@ def _add_count_parser(subparsers) -> None:
 
 
 def _count(args, beam_args) -> int:
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from shardmill.pipelines import config as config_lib
+    from shardmill.pipelines.inputs import expand_inputs
+
     config = config_lib.load_config(args.config) if args.config else config_lib.JobConfig()
     if args.inputs:
         del config.input[:]
@@ -117,6 +123,11 @@ def _add_run_parser(subparsers) -> None:
 
 
 def _run(args, beam_args) -> int:
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from shardmill.pipelines import config as config_lib
+    from shardmill.pipelines.jobs import job_kind
+
     config = config_lib.load_config(args.config)
     if args.input:
         del config.input[:]
@@ -161,6 +172,8 @@ def _add_inspect_parser(subparsers) -> None:
 
 def _inspect(args, beam_args) -> int:
     from shardmill.native_ext import load_manifest  # checks every shard against the manifest too
+    from shardmill.pipelines.jobs import job_kind_of_manifest
+
     manifest = load_manifest(args.output_dir)
     if args.json:
         print(json.dumps(manifest["stats"], indent=1))
@@ -176,7 +189,13 @@ def _inspect(args, beam_args) -> int:
     return 0
 
 
+_received_signals: list[str] = []
+
+
 def _interrupt(signum, _frame):
+    # Runners re-raise what a step raised in their own wrappers; remembering the signal lets
+    # main() tell an interrupted run from a failed one whatever the wrapping.
+    _received_signals.append(signal.Signals(signum).name)
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
@@ -189,33 +208,43 @@ def main(argv: list[str] | None = None) -> int:
     _add_run_parser(subparsers)
     _add_inspect_parser(subparsers)
     args, beam_args = parser.parse_known_args(argv)
+    # force: importing Beam installed a root handler already, which would make basicConfig do nothing.
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        force=True,
     )
     logging.getLogger("shardmill").setLevel(logging.INFO)
+    if not args.verbose:  # a failed run ends with one line of ours; Beam's traceback of it only with -v
+        logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
     in_main_thread = threading.current_thread() is threading.main_thread()
-    previous_sigterm = signal.signal(signal.SIGTERM, _interrupt) if in_main_thread else None
-    unchanged = "temporary files removed, the previous output (if any) is unchanged"
+    previous = {}
+    if in_main_thread:
+        del _received_signals[:]
+        previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)
+                    if signal.getsignal(sig) is not signal.SIG_IGN}
+    unchanged = "; temporary files removed, the previous output (if any) is unchanged" if args.command == "run" else ""
     try:
         return {"count": _count, "run": _run, "inspect": _inspect}[args.command](args, beam_args)
-    except BAD_INVOCATION as err:
-        print(f"shardmill {args.command}: error: {err}", file=sys.stderr)
-        return EXIT_BAD_INVOCATION
-    except KeyboardInterrupt as err:
-        print(f"shardmill {args.command}: interrupted ({err or 'SIGINT'}); {unchanged}", file=sys.stderr)
-        return EXIT_FAILED
-    except Exception as err:  # the run failed: one line, the traceback only with -v
+    except BaseException as err:  # a failed run: one line, the traceback only with -v
+        if not isinstance(err, Exception) and not _received_signals:
+            raise
+        if not _received_signals and _is_bad_invocation(err):
+            print(f"shardmill {args.command}: error: {err}", file=sys.stderr)
+            return EXIT_BAD_INVOCATION
+        if _received_signals:
+            print(f"shardmill {args.command}: interrupted ({_received_signals[0]}){unchanged}", file=sys.stderr)
+            return EXIT_FAILED
         if args.verbose:
             logging.getLogger("shardmill").exception("shardmill %s failed", args.command)
         from shardmill.pipelines.run_job import one_line
 
-        print(f"shardmill {args.command}: failed: {one_line(err)}; {unchanged} (-v shows the traceback)",
+        print(f"shardmill {args.command}: failed: {one_line(err)}{unchanged} (-v shows the traceback)",
               file=sys.stderr)
         return EXIT_FAILED
     finally:
-        if in_main_thread:
-            signal.signal(signal.SIGTERM, previous_sigterm)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

@@ -77,9 +77,9 @@ def _sum_pairs(pairs):
 class _SampleFileFn(beam.DoFn):
     """Reads one event file (a partition), samples it, spills its per-shard batches."""
 
-    def __init__(self, spec: LabelSpec, spill_dir: str, num_shards: int):
+    def __init__(self, spec: LabelSpec, paths: RunPaths, num_shards: int):
         self._spec = spec
-        self._spill_dir = spill_dir
+        self._paths = paths
         self._num_shards = num_shards
 
     def process(self, event_range, totals=None, threshold=None):
@@ -97,7 +97,9 @@ class _SampleFileFn(beam.DoFn):
             rows = two_pass_rows(part, rate, spec.seed)
         yield beam.pvalue.TaggedOutput(STATS, {"partition": partition_stats(part, rows)})
         name = f"events-{fingerprint(event_range.path):016x}-{event_range.index:05d}.arrow"
-        yield from write_spill(f"{self._spill_dir}/{name}", shard_batches(part, rows, spec.seed, self._num_shards))
+        self._paths.check_live()
+        yield from write_spill(f"{self._paths.spill_dir}/{name}",
+                               shard_batches(part, rows, spec.seed, self._num_shards))
 
 
 def _summary(stats: list[dict], ratio: float, mode: str) -> dict:
@@ -171,7 +173,7 @@ class LabelJob(beam.PTransform):
             | "Partitions" >> beam.FlatMap(lambda f, limit: split_file(f[0], f[1], limit), spec.max_partition_bytes)
             | "Spread" >> beam.Reshuffle()
         )
-        sample = _SampleFileFn(spec, self._paths.spill_dir, self._num_shards)
+        sample = _SampleFileFn(spec, self._paths, self._num_shards)
         side_inputs = {}
         if spec.mode in ("EXACT", "TWO_PASS"):
             totals = (

@@ -48,8 +48,8 @@ class Lc0ShardFormat(ShardFormat):
 class _LoadTasksFn(beam.DoFn):
     """Loads a read task and spills its per-shard batches; emits (shard, spill ref) pairs."""
 
-    def __init__(self, spill_dir: str):
-        self._spill_dir = spill_dir
+    def __init__(self, paths: RunPaths):
+        self._paths = paths
         self._records = Metrics.counter("shardmill.load", "records")
         self._errors = Metrics.counter("shardmill.load", "errors")
 
@@ -68,7 +68,8 @@ class _LoadTasksFn(beam.DoFn):
             "records_written": loaded.records_written,
         }})
         name = f"task-{fingerprint(task.source):016x}-{task.chunks['chunk'][0].as_py():08d}.arrow"
-        yield from write_spill(f"{self._spill_dir}/{name}", loaded.batches)
+        self._paths.check_live()
+        yield from write_spill(f"{self._paths.spill_dir}/{name}", loaded.batches)
         self._records.inc(loaded.records_written)
         self._done_records += loaded.records_written
         self._done_tasks += 1
@@ -110,7 +111,7 @@ class Lc0Job(beam.PTransform):
             plan
             | "ReadTasks" >> beam.FlatMap(lambda pl: pl.tasks)
             | "SpreadTasks" >> beam.Reshuffle()
-            | "Load" >> beam.ParDo(_LoadTasksFn(self._paths.spill_dir)).with_outputs(ERRORS, LOAD_STATS,
+            | "Load" >> beam.ParDo(_LoadTasksFn(self._paths)).with_outputs(ERRORS, LOAD_STATS,
                                                                                       main="refs")
         )
         plan_errors = plan | "PlanErrors" >> beam.FlatMap(lambda pl: [d.to_dict() for d in pl.dead_letters])

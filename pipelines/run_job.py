@@ -73,8 +73,12 @@ def new_run_id() -> str:
 
 
 @contextlib.contextmanager
-def signals_deferred():
-    """SIGINT/SIGTERM arriving inside the block take effect when it ends (the commit is not cut short)."""
+def signals_deferred(reraise: bool = True):
+    """SIGINT/SIGTERM arriving inside the block are held until it ends, so it is never cut short.
+
+    reraise=False: the block finishes the run (the commit), so a signal that
+    arrived during it is only logged — the run ended as if it came after.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -86,8 +90,10 @@ def signals_deferred():
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        if received:
+        if received and reraise:
             signal.raise_signal(received[0])
+        elif received:
+            _LOG.warning("%s arrived while committing; the commit completed", signal.Signals(received[0]).name)
 
 
 def build_graph(p: beam.Pipeline, config: JobConfig, inputs: list[str], paths: RunPaths) -> None:
@@ -130,6 +136,10 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
             _LOG.warning("%s", note)
         claim.start_heartbeat()
         paths = RunPaths(output_dir, claim.info.run_id, (committed.generation if committed else 0) + 1)
+        try:
+            lifecycle.start_staging(paths, claim.info.to_bytes())
+        except OSError as err:
+            raise lifecycle.OutputPathError(f"output {output_dir}: cannot write there ({err.strerror or err})") from None
         p = make_pipeline(options)
         build_graph(p, config, inputs, paths)
         try:
@@ -141,7 +151,7 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
             with signals_deferred():
                 report = lifecycle.reject(paths)
             raise ErrorBudgetExceeded(manifest, report, config.max_error_fraction)
-        with signals_deferred():
+        with signals_deferred(reraise=False):
             claim.check_held()
             return lifecycle.commit(paths, committed)
     except BaseException:

@@ -68,8 +68,9 @@ def kept_sequences(lengths: np.ndarray, threshold: int, gamma: float, seed: int)
     return ids[u < acceptance_probability(lengths, threshold, gamma)]
 
 
-def _materialize(task, indices_path, idx_path, bin_path, seq_length, add_extra, tokens_per_epoch, spill_dir):
+def _materialize(task, indices_path, idx_path, bin_path, seq_length, add_extra, tokens_per_epoch, paths):
     shard, start, end = task
+    paths.check_live()
     if indices_path not in _INDEX_CACHE:
         arrays = np.load(io.BytesIO(_read_all(indices_path)))
         dataset = parse_index(_read_all(idx_path), idx_path, _size(bin_path))
@@ -87,7 +88,7 @@ def _materialize(task, indices_path, idx_path, bin_path, seq_length, add_extra, 
         "sample": pa.array(samples),
         "epoch": pa.array((samples * seq_length // max(tokens_per_epoch, 1)).astype(np.int32)),
     })
-    return write_spill(f"{spill_dir}/samples-{shard:05d}.arrow", {shard: batch})
+    return write_spill(f"{paths.spill_dir}/samples-{shard:05d}.arrow", {shard: batch})
 
 
 def _write_indices(data: bytes, path: str) -> str:
@@ -169,7 +170,7 @@ class TokenJob(beam.PTransform):
             | "Spread" >> beam.Reshuffle()
             | "Materialize" >> beam.FlatMap(_materialize, beam.pvalue.AsSingleton(indices_path), self._idx_path,
                                             self._bin_path, cfg.seq_length, cfg.add_extra_token,
-                                            self._tokens_per_epoch, self._paths.spill_dir)
+                                            self._tokens_per_epoch, self._paths)
         )
         return {
             "shard_refs": refs,

@@ -22,12 +22,15 @@ def _temp_name(path: str) -> str:
 
 
 def write_atomically(path: str, write) -> None:
-    """Calls write(file) on a temporary file beside path, then renames it to path (replacing it)."""
+    """Calls write(file) on a temporary file beside path, then renames it to path, replacing it.
+
+    The rename replaces an existing file in one step (POSIX rename; on object
+    stores a copy, which replaces the object atomically): deleting first would
+    leave a moment, and after a crash a state, with no file at all.
+    """
     temp = _temp_name(path)
     with FileSystems.create(temp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
         write(f)
-    if FileSystems.exists(path):
-        FileSystems.delete([path])
     FileSystems.rename([temp], [path])
 
 

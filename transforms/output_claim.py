@@ -27,6 +27,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import socket
 import threading
 import time
@@ -157,7 +158,16 @@ class OutputClaim:
         return None
 
     def _acquire_local(self, break_stale: bool) -> list[str]:
+        created = not os.path.exists(self._dir)
         os.makedirs(self._dir, exist_ok=True)
+        try:
+            return self._create_local_claim(break_stale)
+        except OSError:
+            if created:  # leave nothing behind for an output that could not be claimed
+                shutil.rmtree(self._dir, ignore_errors=True)
+            raise
+
+    def _create_local_claim(self, break_stale: bool) -> list[str]:
         path = os.path.join(self._dir, CLAIM_NAME)
         notes = []
         for _ in range(100):

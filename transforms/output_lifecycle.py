@@ -60,6 +60,10 @@ class OutputPathError(ValueError):
     """An output path that cannot hold an output (a file, inside an input, ...)."""
 
 
+class RunCancelled(RuntimeError):
+    """The run this work belongs to was discarded."""
+
+
 class OutputExistsError(ValueError):
     """The output directory already holds a committed output and overwrite was not asked for."""
 
@@ -79,6 +83,20 @@ class RunPaths:
     @property
     def staging(self) -> str:
         return f"{self.base}/{STAGING_PREFIX}{self.run_id}"
+
+    @property
+    def marker(self) -> str:
+        """Written first and deleted first: while it exists the run is live (see check_live)."""
+        return f"{self.staging}/_run.json"
+
+    def check_live(self) -> None:
+        """Raises RunCancelled once the run's staging was discarded, so a late worker writes nothing.
+
+        Without it, a write still in flight when a run is interrupted would
+        recreate the staging directory after the launcher removed it.
+        """
+        if not FileSystems.exists(self.marker):
+            raise RunCancelled(f"run {self.run_id} was cancelled: its staging directory is gone")
 
     @property
     def spill_dir(self) -> str:
@@ -236,6 +254,11 @@ def clean_leftovers(output_dir: str, committed: Committed | None, keep_dirs: tup
     return notes
 
 
+def start_staging(paths: RunPaths, run_info: bytes) -> None:
+    """Creates the run's staging directory with its marker (also a first check that the disk takes bytes)."""
+    write_bytes_atomically(paths.marker, run_info)
+
+
 def write_prepared_manifest(paths: RunPaths, manifest: dict) -> None:
     """The last file a run's pipeline writes: its presence means every staged file is final."""
     write_bytes_atomically(paths.prepared_manifest, json.dumps(manifest, indent=1, sort_keys=True).encode())
@@ -261,8 +284,9 @@ def commit(paths: RunPaths, previous: Committed | None) -> dict:
     base = paths.base
     manifest = read_prepared_manifest(paths)
     staging = paths.staging[len(base) + 1:]
-    staged = [rel for rel in _relative_tree(paths.staging) if rel != MANIFEST_NAME and not rel.startswith("spill/")
-              and not rel.endswith("/")]
+    marker = paths.marker[len(paths.staging) + 1:]
+    staged = [rel for rel in _relative_tree(paths.staging)
+              if rel not in (MANIFEST_NAME, marker) and not rel.startswith("spill/") and not rel.endswith("/")]
     _move(base, [f"{staging}/{rel}" for rel in staged], staged)
     write_bytes_atomically(f"{base}/{MANIFEST_NAME}", json.dumps(manifest, indent=1, sort_keys=True).encode())
     if previous is not None:
@@ -288,5 +312,6 @@ def reject(paths: RunPaths) -> str:
 
 
 def discard(paths: RunPaths) -> None:
-    """Deletes everything a run staged."""
+    """Deletes everything a run staged, the marker first (late writers then stop: RunPaths.check_live)."""
+    _delete(paths.base, [paths.marker[len(paths.base) + 1:]])
     _delete(paths.base, [paths.staging[len(paths.base) + 1:]])

@@ -106,6 +106,7 @@ class _WriteShardFn(beam.DoFn):
         self._pending = collections.deque()
 
     def _write(self, shard: int, refs: list, num_shards: int, record: dict) -> dict:
+        self._paths.check_live()
         table = self._format.table(read_spilled(refs), record)
         rows = max(1, self._row_group_bytes // self._format.row_bytes(table, record))
         entry = write_shard_file(self._paths.staged_shard(shard, num_shards), self._paths.shard_name(shard, num_shards),
@@ -131,6 +132,7 @@ class _WriteShardFn(beam.DoFn):
 def _finalize(shards, record, dead_letters, parts, paths: RunPaths, shard_format: ShardFormat, config_text: str,
               seed: int, started_at: float) -> None:
     shards = sorted(shards, key=lambda s: s["shard"])
+    paths.check_live()
     write_dead_letters(paths.errors_path, dead_letters)
     manifest = build_manifest(
         job_kind=shard_format.job_kind, record=record, config_text=config_text, seed=seed,

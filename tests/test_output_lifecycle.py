@@ -1,0 +1,494 @@
+"""One output lifecycle: commits are atomic under crashes and signals, one run at a time, clean failures.
+
+The subprocess tests run the real `shardmill` command, so a crash or hang of
+the job can't take pytest down; every state they leave is checked with the
+native reader (checksums on): exactly the old output or exactly the new one.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from shardmill.native_ext import OutputError, ShardReader, load_manifest
+from shardmill.pipelines import cli
+from shardmill.pipelines.config import parse_config, validate
+from shardmill.pipelines.inputs import expand_inputs
+from shardmill.pipelines.run_job import run_job
+from shardmill.transforms import output_lifecycle as lifecycle
+from shardmill.transforms.output_claim import ClaimHeldError, ClaimInfo, OutputClaim
+from tests.datagen.shards import write_output
+
+SHARDMILL = os.path.join(os.path.dirname(sys.executable), "shardmill")
+JOB = 'chunk_pool {{ passes: {passes} position_count: 4 }}\noutput {{ num_shards: 3 }}\nmax_error_fraction: 0.5\n'
+
+
+def write_config(path, directory, seed, passes=2):
+    path.write_text(f'input: "{directory}"\nseed: {seed}\n' + JOB.format(passes=passes))
+    return str(path)
+
+
+def shardmill(*args, **kwargs):
+    return subprocess.run([SHARDMILL, *args], capture_output=True, text=True, timeout=300, **kwargs)
+
+
+def content(out):
+    """What a reader sees in an output: the shards' checksums, after reading every row with checksums on."""
+    manifest = load_manifest(str(out), verify_checksums=True)
+    with ShardReader(str(out), batch_size=500, columns=["position"], verify_checksums=True, shuffle=False) as reader:
+        rows = sum(len(batch["position"]) for batch in reader)
+    assert rows == sum(s["rows"] for s in manifest["shards"])
+    return tuple(s["sha256"] for s in manifest["shards"])
+
+
+def leftovers(out):
+    """Files in the directory that its committed output does not name."""
+    committed = lifecycle.read_committed(str(out))
+    return [rel for rel in lifecycle._relative_tree(str(out)) if lifecycle._is_leftover(rel, committed, set())]
+
+
+@pytest.fixture(scope="module")
+def outputs(lc0_dataset, tmp_path_factory):
+    """Two configs (seeds 1 and 2) and the content each gives."""
+    directory, _ = lc0_dataset
+    base = tmp_path_factory.mktemp("lifecycle")
+    configs, contents = {}, {}
+    for seed in (1, 2):
+        configs[seed] = write_config(base / f"seed{seed}.textproto", directory, seed, passes=6)
+        done = shardmill("run", "--config", configs[seed], "--output", str(base / f"ref{seed}"))
+        assert done.returncode == 0, done.stderr
+        contents[seed] = content(base / f"ref{seed}")
+    assert contents[1] != contents[2]
+    return configs, contents, base
+
+
+def test_sigkill_at_random_moments_leaves_exactly_the_old_or_the_new_output(outputs, tmp_path):
+    configs, contents, base = outputs
+    out = tmp_path / "out"
+    shutil.copytree(base / "ref1", out)
+    current = 1
+    started = time.monotonic()
+    full = shardmill("run", "--config", configs[2], "--output", str(out / ".." / "timing"))
+    run_seconds = time.monotonic() - started
+    assert full.returncode == 0, full.stderr
+    rng = np.random.default_rng(2026)
+    # Half the moments anywhere in a run, half near its end, where the commit happens.
+    moments = np.concatenate([rng.uniform(0.1, run_seconds, 12), rng.uniform(0.75, 1.1, 12) * run_seconds])
+    seen = set()
+    for moment in rng.permutation(moments):
+        other = 3 - current
+        proc = subprocess.Popen([SHARDMILL, "run", "--config", configs[other], "--output", str(out), "--overwrite"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        time.sleep(moment)
+        proc.kill()
+        _, err = proc.communicate(timeout=60)
+        now = content(out)
+        assert now in (contents[current], contents[other]), f"a mixed output after SIGKILL at {moment:.2f} s"
+        seen.add(proc.returncode)
+        current = 1 if now == contents[1] else 2
+    assert -signal.SIGKILL in seen  # most moments caught a run in flight
+    done = shardmill("run", "--config", configs[1], "--output", str(out), "--overwrite")
+    assert done.returncode == 0, done.stderr
+    assert content(out) == contents[1] and leftovers(out) == []
+    assert not os.path.exists(out / "_claim.json")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_ends_the_run_with_one_line_removes_its_files_and_keeps_the_old_output(outputs, tmp_path, sig):
+    configs, contents, base = outputs
+    out = tmp_path / "out"
+    shutil.copytree(base / "ref1", out)
+    interrupted = 0
+    for moment in (0.8, 1.6, 2.4):
+        proc = subprocess.Popen([SHARDMILL, "run", "--config", configs[2], "--output", str(out), "--overwrite"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(moment)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        if proc.returncode in (0, -sig):  # the run had committed already (the signal came after main returned)
+            assert content(out) == contents[2] and leftovers(out) == []
+            shutil.rmtree(out)
+            shutil.copytree(base / "ref1", out)
+            continue
+        interrupted += 1
+        assert proc.returncode == 3, err
+        assert "Traceback" not in err
+        last = err.strip().splitlines()[-1]
+        assert last.startswith(f"shardmill run: interrupted ({sig.name})") and "previous output" in last
+        assert content(out) == contents[1]
+        assert leftovers(out) == [] and not os.path.exists(out / "_claim.json")
+    assert interrupted >= 1
+
+
+def test_a_second_run_on_the_same_output_is_refused_naming_the_first(outputs, lc0_dataset, tmp_path):
+    configs, contents, base = outputs
+    directory, _ = lc0_dataset
+    slow = write_config(tmp_path / "slow.textproto", directory, 2, passes=40)
+    out = tmp_path / "out"
+    first = subprocess.Popen([SHARDMILL, "run", "--config", slow, "--output", str(out)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(out / "_claim.json") and time.monotonic() < deadline:
+        time.sleep(0.005)
+    first.send_signal(signal.SIGSTOP)  # holds the claim for as long as the second run needs
+    try:
+        second = shardmill("run", "--config", configs[1], "--output", str(out), "--overwrite")
+    finally:
+        first.send_signal(signal.SIGCONT)
+    assert second.returncode == 2, second.stderr
+    line = second.stderr.strip().splitlines()[-1]
+    assert "is in use by run" in line and f"pid {first.pid}" in line and "started" in line
+    assert first.wait(timeout=300) == 0, first.stderr.read()
+    content(out)
+    assert leftovers(out) == []
+
+
+def test_the_claim_of_a_dead_process_is_broken_by_the_next_run(outputs, tmp_path):
+    configs, contents, base = outputs
+    out = tmp_path / "out"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    info = ClaimInfo("crashed-run", ClaimInfo.for_this_process("x").host, int(dead.stdout), None, time.time())
+    os.makedirs(out / "_staging-crashed-run" / "spill")
+    (out / "_staging-crashed-run" / "spill" / "task.arrow").write_bytes(b"partial")
+    (out / "_claim.json").write_bytes(info.to_bytes())
+    done = shardmill("run", "--config", configs[1], "--output", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "broke the claim of a crashed run" in done.stderr
+    assert "found an unfinished run crashed-run" in done.stderr
+    assert content(out) == contents[1] and leftovers(out) == []
+
+
+def other_host_claim(out, age_seconds):
+    os.makedirs(out, exist_ok=True)
+    info = ClaimInfo("elsewhere", "another-host", 4242, None, time.time() - age_seconds)
+    (out / "_claim.json").write_bytes(info.to_bytes())
+    os.utime(out / "_claim.json", (time.time() - age_seconds,) * 2)
+
+
+def test_a_stale_claim_of_another_host_is_broken_only_when_asked(outputs, tmp_path):
+    configs, contents, base = outputs
+    out = tmp_path / "out"
+    other_host_claim(out, age_seconds=3600)
+    refused = shardmill("run", "--config", configs[1], "--output", str(out))
+    assert refused.returncode == 2
+    assert "another-host" in refused.stderr and "--break-claim" in refused.stderr
+    done = shardmill("run", "--config", configs[1], "--output", str(out), "--break-claim")
+    assert done.returncode == 0, done.stderr
+    assert content(out) == contents[1]
+
+
+def test_a_fresh_claim_of_another_host_is_not_broken_even_when_asked(tmp_path):
+    other_host_claim(tmp_path, age_seconds=1)
+    claim = OutputClaim(str(tmp_path), "mine")
+    with pytest.raises(ClaimHeldError, match="in use by run elsewhere .host another-host, pid 4242"):
+        claim.acquire(break_stale=True)
+
+
+@pytest.mark.parametrize("local", [True, False], ids=["exclusive-create", "listing-protocol"])
+def test_claims_exclude_each_other_and_release_idempotently(tmp_path, local):
+    first = OutputClaim(str(tmp_path), "run-a", local=local)
+    second = OutputClaim(str(tmp_path), "run-b", local=local)
+    first.acquire()
+    with pytest.raises(ClaimHeldError, match="in use by run run-a"):
+        second.acquire()
+    first.check_held()
+    first.release()
+    first.release()
+    second.acquire()
+    second.start_heartbeat()
+    second.beat()
+    second.release()
+    assert os.listdir(tmp_path / "_claims" if not local else tmp_path) == []
+
+
+def test_listing_protocol_orders_claims_by_the_stores_timestamp(tmp_path):
+    late = OutputClaim(str(tmp_path), "b-late", local=False)
+    early = OutputClaim(str(tmp_path), "z-early", local=False)
+    early.acquire()
+    # A claim written after another loses whatever its name, and withdraws.
+    with pytest.raises(ClaimHeldError, match="z-early"):
+        late.acquire()
+    assert sorted(os.listdir(tmp_path / "_claims")) == ["z-early.alive", "z-early.json"]
+
+
+def test_listing_protocol_breaks_a_dead_processes_claim(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    os.makedirs(tmp_path / "_claims")
+    info = ClaimInfo("gone", ClaimInfo.for_this_process("x").host, int(dead.stdout), None, time.time())
+    (tmp_path / "_claims" / "gone.json").write_bytes(info.to_bytes())
+    notes = OutputClaim(str(tmp_path), "next", local=False).acquire()
+    assert any("broke the claim" in n for n in notes)
+    assert sorted(os.listdir(tmp_path / "_claims")) == ["next.alive", "next.json"]
+
+
+class Crash(BaseException):
+    """A process death at a chosen filesystem mutation (BaseException: nothing on the way catches it)."""
+
+
+@pytest.fixture(scope="module")
+def staged_overwrite(lc0_dataset, tmp_path_factory):
+    """An output holding seed 1, and a finished but uncommitted run of seed 2 staged in it."""
+    directory, _ = lc0_dataset
+    out = tmp_path_factory.mktemp("staged") / "out"
+    config = validate(parse_config(f'input: "{directory}"\nseed: 1\nmax_error_fraction: 0.5\n'
+                                   'chunk_pool { position_count: 3 }\noutput { num_shards: 4 overwrite: true }'))
+    inputs = expand_inputs(list(config.input))
+    run_job(config, inputs, str(out), PipelineOptions([]))
+    old = content(out)
+    config.seed = 2
+    staged = {}
+    real_commit = lifecycle.commit
+
+    def hold(paths, previous):
+        staged["paths"] = paths
+        raise Crash()
+
+    lifecycle.commit, real_discard = hold, lifecycle.discard
+    lifecycle.discard = lambda paths: None
+    try:
+        with pytest.raises(Crash):
+            run_job(config, inputs, str(out), PipelineOptions([]))
+    finally:
+        lifecycle.commit, lifecycle.discard = real_commit, real_discard
+    return out, staged["paths"], old
+
+
+def count_mutations(monkeypatch, limit):
+    """Makes the limit-th filesystem mutation (rename, remove, rmtree) crash; returns the counter."""
+    count = [0]
+
+    def counted(real):
+        def mutate(*args, **kwargs):
+            count[0] += 1
+            if count[0] == limit:
+                raise Crash()
+            return real(*args, **kwargs)
+        return mutate
+
+    for module, name in ((os, "rename"), (os, "remove"), (shutil, "rmtree")):
+        monkeypatch.setattr(module, name, counted(getattr(module, name)))
+    return count
+
+
+def test_a_crash_at_every_step_of_the_commit_leaves_the_old_or_the_new_output(staged_overwrite, tmp_path,
+                                                                               monkeypatch):
+    source, paths, old = staged_overwrite
+    with monkeypatch.context() as m:
+        out = tmp_path / "full"
+        shutil.copytree(source, out)
+        steps = count_mutations(m, limit=0)
+        lifecycle.commit(lifecycle.RunPaths(str(out), paths.run_id, paths.generation),
+                         lifecycle.read_committed(str(out)))
+    new = content(out)
+    assert new != old and leftovers(out) == []
+    outcomes = set()
+    for limit in range(1, steps[0] + 1):
+        out = tmp_path / f"crash{limit}"
+        shutil.copytree(source, out)
+        run_paths = lifecycle.RunPaths(str(out), paths.run_id, paths.generation)
+        with monkeypatch.context() as m:
+            count_mutations(m, limit)
+            with pytest.raises(Crash):
+                lifecycle.commit(run_paths, lifecycle.read_committed(str(out)))
+        seen = content(out)
+        assert seen in (old, new), f"mixed output after a crash at mutation {limit}"
+        outcomes.add(seen)
+        left = leftovers(out)
+        notes = lifecycle.clean_leftovers(str(out), lifecycle.read_committed(str(out)))
+        assert content(out) == seen and leftovers(out) == []
+        assert bool(notes) == bool(left)  # the next run says what it removed
+    assert outcomes == {old, new}
+
+
+def test_an_output_that_is_a_file_is_refused_before_any_work(outputs, tmp_path):
+    configs, _, _ = outputs
+    (tmp_path / "file").write_text("x")
+    for target, message in ((tmp_path / "file", "is a file, not a directory"),
+                            (tmp_path / "file" / "sub", "which is a file, not a directory")):
+        done = shardmill("run", "--config", configs[1], "--output", str(target))
+        assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_output_inside_an_input_is_refused(outputs, lc0_dataset, tmp_path):
+    configs, _, _ = outputs
+    directory, _ = lc0_dataset
+    done = shardmill("run", "--config", configs[1], "--output", os.path.join(directory, "out"))
+    assert done.returncode == 2 and "inside input" in done.stderr
+    assert not os.path.exists(os.path.join(directory, "out"))
+
+
+def mount_tmpfs(path, options):
+    os.makedirs(path, exist_ok=True)
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    mounted = []
+
+    def mount(name, options):
+        path = tmp_path / name
+        mount_tmpfs(path, options)
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in mounted:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def test_a_read_only_output_is_refused_before_any_work(outputs, tmpfs):
+    configs, _, _ = outputs
+    read_only = tmpfs("ro", "ro,size=1m")
+    done = shardmill("run", "--config", configs[1], "--output", str(read_only / "out"))
+    assert done.returncode == 2, done.stderr
+    assert "cannot write there (Read-only file system)" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_full_disk_is_found_before_any_work(outputs, tmpfs):
+    configs, _, _ = outputs
+    full = tmpfs("full", "size=64k")
+    with open(full / "filler", "wb") as f:
+        try:
+            f.write(b"\0" * (1 << 20))
+        except OSError:
+            pass
+    done = shardmill("run", "--config", configs[1], "--output", str(full / "out"))
+    assert done.returncode == 2, done.stderr
+    assert "No space left on device" in done.stderr and "Traceback" not in done.stderr
+    assert not os.path.exists(full / "out")
+
+
+def test_a_disk_filling_up_during_the_run_fails_cleanly_and_keeps_the_old_output(outputs, tmpfs, lc0_dataset):
+    configs, contents, base = outputs
+    directory, _ = lc0_dataset
+    disk = tmpfs("small", "size=600k")
+    out = disk / "out"
+    shutil.copytree(base / "ref1", out)
+    used = sum(os.path.getsize(os.path.join(r, n)) for r, _, names in os.walk(out) for n in names)
+    assert used < 500_000, "the old output must fit with room for the new run's first bytes"
+    big = write_config(disk.parent / "big.textproto", directory, 2, passes=40)
+    done = shardmill("run", "--config", big, "--output", str(out), "--overwrite")
+    assert done.returncode == 3, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert "failed:" in last and "No space left on device" in last and "Traceback" not in done.stderr
+    assert content(out) == contents[1] and leftovers(out) == []
+
+
+def test_a_run_over_the_error_budget_leaves_the_previous_output_intact(outputs, lc0_dataset, tmp_path):
+    configs, contents, base = outputs
+    directory, _ = lc0_dataset
+    out = tmp_path / "out"
+    shutil.copytree(base / "ref1", out)
+    strict = tmp_path / "strict.textproto"
+    strict.write_text(f'input: "{directory}"\nseed: 2\nmax_error_fraction: 0.01\n')
+    done = shardmill("run", "--config", str(strict), "--output", str(out), "--overwrite")
+    assert done.returncode == 1
+    assert content(out) == contents[1] and leftovers(out) == []
+    report = json.loads((out / "_rejected" / "_manifest.json").read_text())
+    errors = (out / "_rejected" / "errors.jsonl").read_text().splitlines()
+    assert report["errors"]["count"] == len(errors) > 0
+    # The next committed run removes the stale report.
+    assert shardmill("run", "--config", configs[2], "--output", str(out), "--overwrite").returncode == 0
+    assert not os.path.exists(out / "_rejected") and content(out) == contents[2]
+
+
+def test_pandas_pyarrow_polars_and_duckdb_read_the_directory_during_a_run(outputs, tmp_path):
+    pd = pytest.importorskip("pandas")
+    duckdb = pytest.importorskip("duckdb")
+    polars = pytest.importorskip("polars")
+    import pyarrow.dataset as ds
+
+    configs, contents, base = outputs
+    out = tmp_path / "out"
+    shutil.copytree(base / "ref1", out)
+    manifest = load_manifest(str(out))
+    rows = sum(s["rows"] for s in manifest["shards"])
+    # A run in flight: its claim, staged shards and spills sit beside the committed output.
+    (out / "_claim.json").write_text("{}")
+    os.makedirs(out / "_staging-run" / "spill")
+    pq.write_table(pa.table({"x": [1]}), out / "_staging-run" / "g000002-shard-00000-of-00001.parquet")
+    (out / "_staging-run" / "spill" / "task.arrow").write_bytes(b"spill")
+    positions = sorted(pd.read_parquet(out, columns=["position"])["position"])
+    assert len(positions) == rows
+    assert ds.dataset(str(out)).count_rows() == rows
+    assert pq.read_table(str(out)).num_rows == rows
+    assert polars.read_parquet(f"{out}/*.parquet").height == rows
+    assert duckdb.sql(f"select count(*) from read_parquet('{out}/*.parquet')").fetchall() == [(rows,)]
+    expected = sorted(p for s in manifest["shards"] for p in pq.read_table(out / s["path"])["position"].to_pylist())
+    assert positions == expected
+
+
+def test_dry_run_builds_every_job_kind_and_checks_its_inputs(lc0_dataset, tmp_path, capsys):
+    from tests.datagen.megatron import write_indexed_dataset
+
+    directory, _ = lc0_dataset
+    events = tmp_path / "events"
+    events.mkdir()
+    (events / "day.csv").write_text("id,clicked\n1,0\n2,1\n")
+    write_indexed_dataset(str(tmp_path / "corpus"), [np.arange(30, dtype=np.uint16)] * 5, np.uint16)
+    configs = {
+        "lc0": f'input: "{directory}"',
+        "labels": f'input: "{events}"\nlabel_sampling {{ label_column: "clicked" }}',
+        "tokens": f'token_dataset {{ path_prefix: "{tmp_path / "corpus"}" seq_length: 8 }}',
+    }
+    for kind, text in configs.items():
+        config = tmp_path / f"{kind}.textproto"
+        config.write_text(text + f'\noutput {{ path: "{tmp_path / kind}" }}\n')
+        assert cli.main(["run", "--config", str(config), "--dry-run"]) == 0, capsys.readouterr().err
+        assert f"dry run: {kind} job" in capsys.readouterr().out
+        assert not os.path.exists(tmp_path / kind)  # nothing written
+    missing = tmp_path / "missing.textproto"
+    missing.write_text(f'token_dataset {{ path_prefix: "{tmp_path / "nope"}" seq_length: 8 }}\n'
+                       f'output {{ path: "{tmp_path / "o"}" }}')
+    assert cli.main(["run", "--config", str(missing), "--dry-run"]) == 2
+    assert "nope.bin: no such file" in capsys.readouterr().err
+    no_csv = tmp_path / "nocsv.textproto"
+    no_csv.write_text(f'input: "{directory}"\nlabel_sampling {{ label_column: "c" }}\noutput {{ path: "{tmp_path}/o" }}')
+    assert cli.main(["run", "--config", str(no_csv), "--dry-run"]) == 2
+    assert "has no .parquet or .csv" in capsys.readouterr().err
+
+
+def test_the_reader_reads_format_1_and_an_overwrite_replaces_it(outputs, tmp_path):
+    configs, contents, _ = outputs
+    out = tmp_path / "old"
+    manifest = write_output(str(out), [30, 20], row_group_rows=8, format_version=1)
+    assert sorted(os.listdir(out)) == ["manifest.json", "shard-00000-of-00002.parquet",
+                                       "shard-00001-of-00002.parquet"]
+    with ShardReader(str(out), batch_size=64, columns=["id"], shuffle=False) as reader:
+        assert sorted(int(i) for b in reader for i in b["id"]) == list(range(50))
+    assert manifest["format_version"] == 1
+    refused = shardmill("run", "--config", configs[1], "--output", str(out))
+    assert refused.returncode == 2 and "--overwrite" in refused.stderr
+    done = shardmill("run", "--config", configs[1], "--output", str(out), "--overwrite")
+    assert done.returncode == 0, done.stderr
+    assert content(out) == contents[1] and leftovers(out) == []
+    assert not os.path.exists(out / "manifest.json") and load_manifest(str(out))["format_version"] == 2
+
+
+def test_the_manifest_has_the_same_fields_for_every_job_kind(outputs, tmp_path):
+    _, _, base = outputs
+    manifest = load_manifest(str(base / "ref1"))
+    for field in ("format_version", "shardmill_version", "job_kind", "generation", "record_format", "record",
+                  "schema", "seed", "config", "num_shards", "shards", "errors", "stats"):
+        assert field in manifest
+    assert [f["name"] for f in manifest["schema"]] == ["frame", "source", "chunk", "use_count", "position"]
+    assert set(manifest["shards"][0]) == {"path", "rows", "row_groups", "bytes", "sha256"}
+
+
+def test_a_missing_manifest_is_refused_by_the_reader(tmp_path):
+    with pytest.raises(OutputError, match="no _manifest.json"):
+        load_manifest(str(tmp_path))
