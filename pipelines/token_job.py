@@ -99,8 +99,9 @@ def _write_indices(data: bytes, path: str) -> str:
 class TokenShardFormat(ShardFormat):
     job_kind = "tokens"
 
-    def __init__(self, stats: dict):
+    def __init__(self, stats: dict, index_build_seconds: float):
         self._stats = stats
+        self._index_build_seconds = index_build_seconds
 
     def table(self, batches, record):
         # One batch per shard: a contiguous range of Megatron's sample order, kept in that order.
@@ -112,7 +113,8 @@ class TokenShardFormat(ShardFormat):
     def finish_stats(self, parts, shards, dead_letters):
         return {"token_dataset": self._stats,
                 "accounting": {"records_written": sum(s["rows"] for s in shards),
-                               "errors_by_reason": {}, "error_fraction": 0.0}}
+                               "errors_by_reason": {}, "error_fraction": 0.0},
+                "timings": {"index_build_seconds": round(self._index_build_seconds, 3)}}
 
 
 class TokenJob(beam.PTransform):
@@ -154,8 +156,8 @@ class TokenJob(beam.PTransform):
             "seq_length": cfg.seq_length, "add_extra_token": cfg.add_extra_token, "random_seed": seed,
             "num_samples": total, "num_epochs": indices.num_epochs,
             "separate_final_epoch": indices.separate_final_epoch, "tokens_per_epoch": self._tokens_per_epoch,
-            "index_build_seconds": round(build_seconds, 3), "indices_file": INDICES_NAME,
-        })
+            "indices_file": INDICES_NAME,
+        }, build_seconds)
 
     def expand(self, pbegin):
         cfg = self._cfg

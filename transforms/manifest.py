@@ -122,7 +122,7 @@ def render_token_summary(manifest: dict) -> str:
         f"separate final epoch: {stats['separate_final_epoch']}",
         f"sequences {stats['sequences']:,} ({stats['sequences_kept']:,} kept), {stats['dtype']}, "
         f"{stats['tokens_per_epoch']:,} tokens per epoch, "
-        f"index built in {stats.get('index_build_seconds', manifest['stats']['timings'].get('index_build_seconds', 0)):.2f} s",
+        f"index built in {manifest['stats']['timings']['index_build_seconds']:.2f} s",
         f"records out {manifest['stats']['accounting']['records_written']:,} in {manifest['num_shards']} shard(s), "
         f"time {manifest['stats']['timings']['seconds']:.1f} s",
     ])

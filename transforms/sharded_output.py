@@ -58,7 +58,7 @@ class ShardFormat:
         return max(1, table.nbytes // table.num_rows) if table.num_rows else 1
 
     def finish_stats(self, parts: list[dict], shards: list[dict], dead_letters: list[dict]) -> dict:
-        """The manifest's stats (without timings); must hold accounting.error_fraction."""
+        """The manifest's stats; must hold accounting.error_fraction. A `timings` entry joins the run's."""
         raise NotImplementedError
 
 
@@ -134,12 +134,13 @@ def _finalize(shards, record, dead_letters, parts, paths: RunPaths, shard_format
     shards = sorted(shards, key=lambda s: s["shard"])
     paths.check_live()
     write_dead_letters(paths.errors_path, dead_letters)
+    stats = shard_format.finish_stats(parts, shards, dead_letters)
     manifest = build_manifest(
         job_kind=shard_format.job_kind, record=record, config_text=config_text, seed=seed,
         generation=paths.generation, schema=shards[0]["schema"] if shards else [], shards=shards,
         errors={"path": f"{generation_dir_name(paths.generation)}/{ERRORS_NAME}", "count": len(dead_letters)},
-        stats=shard_format.finish_stats(parts, shards, dead_letters),
-        timings={"seconds": round(time.time() - started_at, 3)},
+        stats=stats,
+        timings={"seconds": round(time.time() - started_at, 3), **stats.pop("timings", {})},
     )
     write_prepared_manifest(paths, manifest)
 
