@@ -41,7 +41,7 @@ BATCH = 256
 
 
 def shard_files(directory):
-    return sorted(glob.glob(os.path.join(directory, "shard-*.parquet")))
+    return sorted(glob.glob(os.path.join(directory, "*shard-*.parquet")))
 
 
 def grain_rows(directory, width, max_rows):
@@ -99,7 +99,7 @@ def petastorm_rows(directory, width, max_rows):
     from petastorm import make_batch_reader
 
     rows = 0
-    urls = ["file://" + os.path.abspath(f) for f in shard_files(directory)]  # not manifest.json
+    urls = ["file://" + os.path.abspath(f) for f in shard_files(directory)]  # not _manifest.json
     with make_batch_reader(urls, schema_fields=["frame"], num_epochs=1, shuffle_row_groups=True,
                            workers_count=2) as reader:
         for batch in reader:

@@ -215,7 +215,11 @@ def _delete(base: str, relative: list[str]) -> None:
                 except FileNotFoundError:
                     pass
         return
-    FileSystems.delete([f"{base}/{rel}" for rel in relative])
+    # Object stores have no directories: delete every object at or below each path.
+    patterns = [p for rel in relative for p in (f"{base}/{rel.rstrip('/')}", f"{base}/{rel.rstrip('/')}/**")]
+    found = [m.path for result in FileSystems.match(patterns) for m in result.metadata_list]
+    if found:
+        FileSystems.delete(sorted(set(found)))
 
 
 def _is_leftover(rel: str, committed: Committed | None, run_dirs: set[str]) -> bool:
