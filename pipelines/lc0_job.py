@@ -14,10 +14,12 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from shardmill.pipelines.config import JobConfig, count_method, sampling_params
-from shardmill.pipelines.count_job import index_inputs, sort_index
+from shardmill.pipelines.count_job import index_inputs
 from shardmill.transforms.chunk_loading import load_task
 from shardmill.transforms.index_transforms import ERRORS
-from shardmill.transforms.job_plan import OutputParams, make_plan
+from shardmill.transforms.chunk_sampling import SamplingParams
+from shardmill.transforms.job_plan import (GlobalDecisions, OutputParams, decide, final_stats, merge_stats,
+                                           num_shards_for, plan_table, read_tasks, summarize_sources)
 from shardmill.transforms.keyed_hash import fingerprint
 from shardmill.transforms.manifest import accounting
 from shardmill.transforms.output_lifecycle import RunPaths
@@ -80,12 +82,21 @@ class _LoadTasksFn(beam.DoFn):
                       self._done_records, self._done_records / (now - self._started))
 
 
-def _record(plan) -> dict:
-    return {"record_format": "lc0", "record_version": plan.record_version, "record_size": plan.record_size}
+def _record(decisions: GlobalDecisions) -> dict:
+    return {"record_format": "lc0", "record_version": decisions.record_version, "record_size": decisions.record_size}
+
+
+def _plan_stats(merged: dict, params: SamplingParams) -> dict:
+    return {"plan": final_stats(merged, params)}
 
 
 class Lc0Job(beam.PTransform):
-    """lc0 chunk files → the WriteShardedOutput inputs."""
+    """lc0 chunk files → the WriteShardedOutput inputs.
+
+    No element holds the index: global decisions come from per-source
+    summaries, each index table plans its own chunks, and only the planned
+    record total (for the shard count) and the statistics are combined.
+    """
 
     shard_format = Lc0ShardFormat()
 
@@ -100,26 +111,47 @@ class Lc0Job(beam.PTransform):
                                     target_shard_bytes=config.output.target_shard_bytes)
 
     def expand(self, pbegin):
+        params, output = self._params, self._output
         indexed = index_inputs(pbegin, self._inputs, self._count_method, self._expected_version)
-        plan = (
-            indexed["index"]
-            | "WholeIndex" >> beam.combiners.ToList()
-            | "Plan" >> beam.Map(lambda tables, params, out: make_plan(sort_index(tables), params, out),
-                                 self._params, self._output)
+        tables = indexed["index"]
+        decisions = (
+            tables
+            | "SourceSummaries" >> beam.FlatMap(summarize_sources)
+            | "AllSources" >> beam.combiners.ToList()
+            | "Decide" >> beam.Map(lambda summaries, pool: decide(summaries, pool), params.pool_size)
+        )
+        planned = tables | "PlanChunks" >> beam.Map(plan_table, beam.pvalue.AsSingleton(decisions), params)
+        num_shards = (
+            planned
+            | "PlannedRecords" >> beam.Map(lambda table: table.records_planned)
+            | "TotalPlanned" >> beam.CombineGlobally(sum)
+            | "NumShards" >> beam.Map(_num_shards, beam.pvalue.AsSingleton(decisions), output)
         )
         loaded = (
-            plan
-            | "ReadTasks" >> beam.FlatMap(lambda pl: pl.tasks)
+            planned
+            | "ReadTasks" >> beam.FlatMap(lambda table, n, out: read_tasks(table.used, params, n, out.max_task_bytes),
+                                          beam.pvalue.AsSingleton(num_shards), output)
             | "SpreadTasks" >> beam.Reshuffle()
-            | "Load" >> beam.ParDo(_LoadTasksFn(self._paths)).with_outputs(ERRORS, LOAD_STATS,
-                                                                                      main="refs")
+            | "Load" >> beam.ParDo(_LoadTasksFn(self._paths)).with_outputs(ERRORS, LOAD_STATS, main="refs")
         )
-        plan_errors = plan | "PlanErrors" >> beam.FlatMap(lambda pl: [d.to_dict() for d in pl.dead_letters])
-        plan_stats = plan | "PlanStats" >> beam.Map(lambda pl: {"plan": pl.stats})
+        plan_errors = planned | "PlanErrors" >> beam.FlatMap(lambda table: [d.to_dict() for d in table.dead_letters])
+        plan_stats = (
+            planned
+            | "PartialStats" >> beam.Map(lambda table: table.stats)
+            | "MergeStats" >> beam.CombineGlobally(merge_stats)
+            | "PlanStats" >> beam.Map(_plan_stats, params)
+        )
         return {
             "shard_refs": loaded["refs"],
-            "num_shards": plan | "NumShards" >> beam.Map(lambda pl: pl.num_shards),
-            "record": plan | "Record" >> beam.Map(_record),
+            "num_shards": num_shards,
+            "record": decisions | "Record" >> beam.Map(_record),
             "errors": (indexed[ERRORS], plan_errors, loaded[ERRORS]) | "AllErrors" >> beam.Flatten(),
             "stats": (plan_stats, loaded[LOAD_STATS]) | "AllStats" >> beam.Flatten(),
         }
+
+
+def _num_shards(records_planned: int, decisions: GlobalDecisions, output: OutputParams) -> int:
+    num_shards = num_shards_for(records_planned, decisions.record_size, output)
+    _LOG.info("plan: %s records, %.1f MiB of output in %d shard(s)", f"{records_planned:,}",
+              records_planned * decisions.record_size / 2**20, num_shards)
+    return num_shards

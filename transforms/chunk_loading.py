@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from shardmill.native_ext import _native
 from shardmill.transforms.chunk_index import DeadLetter, Opener, default_opener
-from shardmill.transforms.chunk_sampling import positions_of_uses, shuffle_keys
+from shardmill.transforms.chunk_sampling import emissions, shuffle_keys
 from shardmill.transforms.gzip_chunks import MAX_DEFLATE_RATIO, ChunkError, ChunkSpan, inflate_chunk
 from shardmill.transforms.job_plan import ReadTask
 
@@ -114,13 +114,13 @@ def _scatter_chunk(compressed: bytes, row: dict, positions: np.ndarray, dest_row
 
 
 def _plan_emissions(rows: list[dict], params, num_shards: int):
-    """Every record the task's chunks emit, known from the index alone.
+    """Every record the task writes (each chunk's emission range), known from the index alone.
 
     Returns (chunk, use_count, position, order_key, shard, per-chunk emission
     offsets) with emissions grouped by chunk in task order.
     """
-    emitted = [positions_of_uses(row["chunk_key"], row["num_records"], row["num_uses"], params.position_count,
-                                 params.seed) for row in rows]
+    emitted = [emissions(row["chunk_key"], row["num_records"], params.position_count, params.seed,
+                         row["emit_start"], row["emit_stop"]) for row in rows]
     counts = np.array([len(pos) for _, pos in emitted], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(counts)])
     chunk = np.repeat(np.array([row["chunk"] for row in rows], dtype=np.int32), counts)
@@ -143,6 +143,7 @@ def load_task(task: ReadTask, opener: Opener = default_opener, threads: int = IN
     rows = task.chunks.to_pylist()
     if not rows:
         return LoadedTask({}, dead)
+    by_chunk = {row["chunk"]: row for row in rows}
     record_size = rows[0]["record_size"]
     if any(row["record_size"] != record_size for row in rows):
         raise ValueError(f"read task for {task.source} mixes record sizes")  # the plan keeps one version
@@ -206,6 +207,16 @@ def load_task(task: ReadTask, opener: Opener = default_opener, threads: int = IN
             ],
             schema=schema,
         )
-    loaded = int((~failed).sum())
-    uses_written = int(sum(row["num_uses"] for row, bad in zip(rows, failed) if not bad))
+    # A chunk split over several tasks is counted (loaded, or failed) by the task holding its
+    # first emission, and each of its uses by the task holding the use's first emission.
+    first_part = np.array([row["emit_start"] == 0 for row in rows], dtype=bool)
+    loaded = int((~failed & first_part).sum())
+    uses_written = sum(_uses_starting_in(row, task.params.position_count) for row, bad in zip(rows, failed)
+                       if not bad)
+    dead = [d for d, row in ((d, by_chunk[d.chunk]) for d in dead) if row["emit_start"] == 0]
     return LoadedTask(batches, dead, loaded, uses_written, len(frame))
+
+
+def _uses_starting_in(row: dict, position_count: int) -> int:
+    per_use = row["num_records"] if position_count <= 0 else position_count
+    return -(-row["emit_stop"] // per_use) - -(-row["emit_start"] // per_use)

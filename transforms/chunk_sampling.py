@@ -82,26 +82,33 @@ def round_permutation(key: int, num_records: int, round_index: int, seed: int) -
     return np.argsort(h, kind="stable")
 
 
-def positions_of_uses(key: int, num_records: int, num_uses: int, position_count: int, seed: int):
-    """(use_count, position) arrays of every record the chunk's uses emit.
+def emissions(key: int, num_records: int, position_count: int, seed: int, start: int, stop: int):
+    """(use_count, position) of a chunk's emissions start..stop-1.
 
-    position_count 0: every use emits all positions 0..n-1.
-    Otherwise use u emits items u*k .. u*k+k-1 of the round-by-round sequence.
+    A chunk's emissions are the records its uses emit, use by use: with
+    position_count 0 each use emits positions 0..n-1 (emission e is use
+    e // n, position e % n); otherwise use u emits items u*k .. u*k+k-1 of
+    the round-by-round position sequence (emission e is use e // k, item e).
+    Memory is O(stop - start + n) whatever the number of uses, so a plan may
+    cut a chunk's emissions into bounded ranges.
     """
     n = num_records
-    if num_uses <= 0:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty
+    items = np.arange(start, stop, dtype=np.int64)
     if position_count <= 0:
-        uses = np.repeat(np.arange(num_uses, dtype=np.int64), n)
-        return uses, np.tile(np.arange(n, dtype=np.int64), num_uses)
-    items = np.arange(num_uses * position_count, dtype=np.int64)
-    rounds = items // n
+        return items // n, items % n
     positions = np.empty_like(items)
-    for r in range(int(rounds[-1]) + 1):
-        in_round = rounds == r
-        positions[in_round] = round_permutation(key, n, r, seed)[items[in_round] - r * n]
+    if len(items):
+        rounds = items // n
+        for r in range(int(rounds[0]), int(rounds[-1]) + 1):
+            lo, hi = np.searchsorted(rounds, [r, r + 1])
+            positions[lo:hi] = round_permutation(key, n, r, seed)[items[lo:hi] - r * n]
     return items // position_count, positions
+
+
+def positions_of_uses(key: int, num_records: int, num_uses: int, position_count: int, seed: int):
+    """(use_count, position) arrays of every record the chunk's uses emit (all its emissions)."""
+    per_use = num_records if position_count <= 0 else position_count
+    return emissions(key, num_records, position_count, seed, 0, max(0, num_uses) * per_use)
 
 
 def shuffle_keys(keys: np.ndarray, use_count: np.ndarray, position: np.ndarray, seed: int, num_shards: int):

@@ -83,7 +83,8 @@ def fingerprint(text: str) -> int:
 
 def chunk_keys(sort_keys, chunks) -> np.ndarray:
     """Stable 64-bit identity of chunks (sort_key, chunk ordinal), independent of the seed."""
-    prints = np.array([fingerprint(s) for s in sort_keys], dtype=np.uint64)
+    unique, inverse = np.unique(np.asarray(sort_keys, dtype=object).astype(str), return_inverse=True)
+    prints = np.array([fingerprint(s) for s in unique], dtype=np.uint64)[inverse.reshape(-1)]
     return hash_words(0, STREAM_CHUNK_KEY, prints, np.asarray(chunks, dtype=np.uint64))
 
 
