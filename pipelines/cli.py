@@ -83,7 +83,8 @@ def _count(args, beam_args) -> int:
     from shardmill.pipelines.count_job import run_count  # Beam graph code, imported on use
 
     result = run_count(
-        patterns, method, config.index.lc0_version, PipelineOptions(beam_args), args.index_out, args.errors_out
+        patterns, method, config.index.lc0_version, PipelineOptions(beam_args), args.index_out, args.errors_out,
+        config.index.max_chunk_bytes,
     )
     if args.json:
         print(json.dumps({"summary": result.summary.to_dict(), "errors": result.dead_letters,

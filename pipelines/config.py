@@ -66,6 +66,8 @@ def validate(config: JobConfig, require_input: bool = True) -> JobConfig:
     for i, pattern in enumerate(config.input):
         if not pattern.strip():
             raise ConfigError(f"input[{i}]: empty pattern")
+    if not 1 << 20 <= config.index.max_chunk_bytes <= 1 << 32:
+        raise ConfigError(f"index.max_chunk_bytes: must be in 1 MiB..4 GiB, got {config.index.max_chunk_bytes}")
     version = config.index.lc0_version
     if version and version not in (3, 4, 5, 6, 7):
         raise ConfigError(f"index.lc0_version: {version} is not an lc0 version (3..7, or 0 for any)")

@@ -15,6 +15,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from shardmill.pipelines.runner import make_pipeline
 from shardmill.transforms.atomic_io import write_bytes_atomically, write_parquet_atomically
 from shardmill.transforms.chunk_index import INDEX_SCHEMA
+from shardmill.transforms.gzip_chunks import DEFAULT_MAX_CHUNK_BYTES
 from shardmill.transforms.index_summary import IndexSummary, MergeIndexSummaries
 from shardmill.transforms.index_transforms import (
     ERRORS,
@@ -48,12 +49,13 @@ class CountResult:
     seconds: float
 
 
-def index_inputs(pipeline, patterns: list[str], count_method: str, expected_version: int):
+def index_inputs(pipeline, patterns: list[str], count_method: str, expected_version: int,
+                 max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES):
     """Stages 1-2 on a pipeline: returns the IndexChunkFiles outputs (index, ERRORS, SOURCE_STATS)."""
     return (
         pipeline
         | "Discover" >> DiscoverChunkFiles(patterns)
-        | "IndexChunks" >> IndexChunkFiles(count_method, expected_version)
+        | "IndexChunks" >> IndexChunkFiles(count_method, expected_version, max_chunk_bytes)
     )
 
 
@@ -64,6 +66,7 @@ def run_count(
     options: PipelineOptions,
     index_out: str | None = None,
     errors_out: str | None = None,
+    max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES,
 ) -> CountResult:
     """Runs discover + index and writes the index (Parquet), dead letters (JSON lines) and summary."""
     work_dir = tempfile.mkdtemp(prefix="shardmill-count-")
@@ -72,7 +75,7 @@ def run_count(
     summary_path = f"{work_dir}/summary.json"
     started = time.monotonic()
     with make_pipeline(options) as p:
-        outputs = index_inputs(p, patterns, count_method, expected_version)
+        outputs = index_inputs(p, patterns, count_method, expected_version, max_chunk_bytes)
         tables, dead, stats = outputs["index"], outputs[ERRORS], outputs[SOURCE_STATS]
         _ = tables | "AllTables" >> beam.combiners.ToList() | "WriteIndex" >> beam.Map(write_index, index_path)
         _ = dead | "AllErrors" >> beam.combiners.ToList() | "WriteErrors" >> beam.Map(

@@ -106,13 +106,15 @@ class Lc0Job(beam.PTransform):
         self._paths = paths
         self._count_method = count_method(config)
         self._expected_version = config.index.lc0_version
+        self._max_chunk_bytes = config.index.max_chunk_bytes
         self._params = sampling_params(config)
         self._output = OutputParams(num_shards=config.output.num_shards,
                                     target_shard_bytes=config.output.target_shard_bytes)
 
     def expand(self, pbegin):
         params, output = self._params, self._output
-        indexed = index_inputs(pbegin, self._inputs, self._count_method, self._expected_version)
+        indexed = index_inputs(pbegin, self._inputs, self._count_method, self._expected_version,
+                               self._max_chunk_bytes)
         tables = indexed["index"]
         decisions = (
             tables
@@ -129,8 +131,9 @@ class Lc0Job(beam.PTransform):
         )
         loaded = (
             planned
-            | "ReadTasks" >> beam.FlatMap(lambda table, n, out: read_tasks(table.used, params, n, out.max_task_bytes),
-                                          beam.pvalue.AsSingleton(num_shards), output)
+            | "ReadTasks" >> beam.FlatMap(
+                lambda table, n, out, limit: read_tasks(table.used, params, n, out.max_task_bytes, limit),
+                beam.pvalue.AsSingleton(num_shards), output, self._max_chunk_bytes)
             | "SpreadTasks" >> beam.Reshuffle()
             | "Load" >> beam.ParDo(_LoadTasksFn(self._paths)).with_outputs(ERRORS, LOAD_STATS, main="refs")
         )

@@ -20,7 +20,7 @@ from typing import BinaryIO, Callable
 
 import pyarrow as pa
 
-from shardmill.transforms.gzip_chunks import ChunkError, ChunkSpan, count_records
+from shardmill.transforms.gzip_chunks import DEFAULT_MAX_CHUNK_BYTES, ChunkError, ChunkSpan, count_records
 
 # One row per chunk. Every later stage plans from these columns alone.
 INDEX_SCHEMA = pa.schema(
@@ -40,6 +40,7 @@ INDEX_SCHEMA = pa.schema(
 )
 
 SOURCE_SUFFIXES = (".gz", ".tar")
+COMPRESSED_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")  # refused with their own reason
 
 Opener = Callable[[str], BinaryIO]
 
@@ -63,7 +64,9 @@ class DeadLetter:
 SOURCE_REASONS = {
     "unsupported_file": "the file is neither a .gz chunk nor a .tar archive",
     "bad_archive": "the tar structure is invalid; members after the fault are unreadable",
-    "unreadable": "the file could not be opened or read",
+    "unreadable": "the file could not be opened or read (a dangling link, no permission, an I/O error)",
+    "compressed_archive": "a .tar.gz/.tgz archive: decompress it to a .tar first",
+    "bad_name": "the file name is not valid UTF-8 (shown with its bytes escaped)",
 }
 
 
@@ -115,9 +118,9 @@ class _Rows:
         return pa.Table.from_pydict(self.columns, schema=INDEX_SCHEMA)
 
 
-def _index_chunk(rows, dead, chunk, member, span, method, expected_version):
+def _index_chunk(rows, dead, chunk, member, span, method, expected_version, max_bytes):
     try:
-        count = count_records(span, method, expected_version)
+        count = count_records(span, method, expected_version, max_bytes)
     except ChunkError as err:
         dead.append(DeadLetter(rows.path, "index", err.reason, err.detail, member, chunk))
         return
@@ -148,7 +151,7 @@ def _check_archive_end(fileobj: BinaryIO, tar: tarfile.TarFile, path: str) -> De
     return DeadLetter(path, "index", "bad_archive", detail)
 
 
-def _index_tar(path, fileobj, method, expected_version) -> SourceIndex:
+def _index_tar(path, fileobj, method, expected_version, max_bytes) -> SourceIndex:
     rows, dead = _Rows(path), []
     skipped = 0
     try:
@@ -166,7 +169,7 @@ def _index_tar(path, fileobj, method, expected_version) -> SourceIndex:
                 skipped += 1
                 continue
             span = ChunkSpan(fileobj, info.offset_data, info.size)
-            _index_chunk(rows, dead, chunk, info.name, span, method, expected_version)
+            _index_chunk(rows, dead, chunk, info.name, span, method, expected_version, max_bytes)
             chunk += 1
         end_error = _check_archive_end(fileobj, tar, path)
         if end_error:
@@ -182,18 +185,23 @@ def index_source(
     method: str = "scan",
     expected_version: int = 0,
     opener: Opener = default_opener,
+    max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES,
 ) -> SourceIndex:
     """Indexes one source file. Never raises for bad data: it becomes dead letters."""
     rows = _Rows(path)
+    if path.endswith(COMPRESSED_ARCHIVE_SUFFIXES):
+        detail = (f"{posixpath.basename(path)!r} is a gzip-compressed tar archive, whose members can only be "
+                  "reached by inflating everything before them; decompress it to a .tar (gunzip) first")
+        return SourceIndex(rows.table(), [DeadLetter(path, "index", "compressed_archive", detail)])
     if not path.endswith(SOURCE_SUFFIXES):
         detail = f"{posixpath.basename(path)!r} is neither a .gz chunk nor a .tar archive"
         return SourceIndex(rows.table(), [DeadLetter(path, "index", "unsupported_file", detail)])
     try:
         with opener(path) as fileobj:
             if path.endswith(".tar"):
-                return _index_tar(path, fileobj, method, expected_version)
+                return _index_tar(path, fileobj, method, expected_version, max_chunk_bytes)
             dead: list[DeadLetter] = []
-            _index_chunk(rows, dead, 0, "", ChunkSpan(fileobj, 0, size), method, expected_version)
+            _index_chunk(rows, dead, 0, "", ChunkSpan(fileobj, 0, size), method, expected_version, max_chunk_bytes)
             return SourceIndex(rows.table(), dead)
     except OSError as err:
         return SourceIndex(rows.table(), [DeadLetter(path, "index", "unreadable", str(err))])

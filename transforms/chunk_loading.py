@@ -49,7 +49,7 @@ class LoadedTask:
     records_written: int = 0
 
 
-def _inflate_expected(compressed: bytes, expected_size: int):
+def _inflate_expected(compressed: bytes, expected_size: int, max_bytes: int):
     """The chunk's payload, inflated by Arrow into a buffer of the indexed size.
 
     Arrow's gzip codec checks every member's CRC, follows multi-member
@@ -73,15 +73,15 @@ def _inflate_expected(compressed: bytes, expected_size: int):
             return pa.decompress(compressed, decompressed_size=expected_size, codec="gzip", asbytes=False)
         except (OSError, pa.ArrowException):
             pass
-    return inflate_chunk(ChunkSpan(io.BytesIO(compressed), 0, len(compressed)))
+    return inflate_chunk(ChunkSpan(io.BytesIO(compressed), 0, len(compressed)), max_bytes)
 
 
-def _records_of_chunk(compressed: bytes, row: dict) -> np.ndarray:
+def _records_of_chunk(compressed: bytes, row: dict, max_bytes: int) -> np.ndarray:
     """The chunk's records as an (n, record_size) uint8 array, verified against the index."""
     size, n = row["record_size"], row["num_records"]
     if len(compressed) < row["length"]:
         raise ChunkError("truncated", f"source ends after {len(compressed)} of the chunk's {row['length']} bytes")
-    payload = _inflate_expected(compressed, n * size)
+    payload = _inflate_expected(compressed, n * size, max_bytes)
     if len(payload) != n * size:
         raise ChunkError("count_mismatch",
                          f"inflated to {len(payload)} bytes = {len(payload) / size:g} records, index says {n}")
@@ -94,7 +94,7 @@ def _records_of_chunk(compressed: bytes, row: dict) -> np.ndarray:
 
 
 def _scatter_chunk(compressed: bytes, row: dict, positions: np.ndarray, dest_rows: np.ndarray,
-                   frame: np.ndarray) -> None:
+                   frame: np.ndarray, max_bytes: int) -> None:
     """Inflates one chunk and copies record positions[i] to frame[dest_rows[i]].
 
     The native kernel does it with the GIL released when the gzip trailer
@@ -109,7 +109,7 @@ def _scatter_chunk(compressed: bytes, row: dict, positions: np.ndarray, dest_row
     if outcome == -1:
         return
     if outcome is None or outcome >= 0:  # let the checking path name the problem
-        records = _records_of_chunk(compressed, row)
+        records = _records_of_chunk(compressed, row, max_bytes)
         frame[dest_rows] = records[positions]
 
 
@@ -172,7 +172,8 @@ def load_task(task: ReadTask, opener: Opener = default_opener, threads: int = IN
                     compressed = fileobj.read(row["length"])
                     read += 1
                     lo, hi = offsets[i], offsets[i + 1]
-                    pending.append((i, pool.submit(_scatter_chunk, compressed, row, pos[lo:hi], dest[lo:hi], frame)))
+                    pending.append((i, pool.submit(_scatter_chunk, compressed, row, pos[lo:hi], dest[lo:hi], frame,
+                                                           task.max_chunk_bytes)))
                     if len(pending) > 2 * threads:
                         collect_oldest()
         except OSError as err:  # opening or reading failed: the chunks not yet read are unreadable

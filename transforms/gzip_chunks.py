@@ -36,6 +36,9 @@ MAX_DEFLATE_RATIO = 1032
 FIRST_BLOCK_BYTES = 16 * 1024  # enough for a gzip header and a Huffman table
 BLOCK_BYTES = 1024 * 1024
 INFLATE_PIECE_BYTES = 4 * 1024 * 1024  # bounds memory when inflating huge chunks
+# Largest inflated chunk accepted (IndexConfig.max_chunk_bytes): a game is at most a few MB, while
+# a few MB of deflate can inflate to gigabytes (a gzip bomb, or a corrupt trailer).
+DEFAULT_MAX_CHUNK_BYTES = 64 << 20
 
 
 class ChunkError(Exception):
@@ -52,6 +55,7 @@ class ChunkError(Exception):
         "unknown_version": "the record version is not one of the known lc0 versions",
         "wrong_version": "the record version differs from the configured one",
         "count_mismatch": "decompressing gave another record count than the index",
+        "too_large": "the chunk inflates to more than index.max_chunk_bytes",
     }
 
     def __init__(self, reason: str, detail: str):
@@ -243,17 +247,34 @@ def _may_hold_several_members(span: ChunkSpan) -> bool:
     return False
 
 
-def count_by_inflating(span: ChunkSpan, record_size: int) -> int:
-    """Exact record count of a chunk, inflating all of it (CRC verified)."""
-    total = sum(len(piece) for piece in inflate_members(span.iter_blocks()))
+def _too_large(size: int, max_bytes: int) -> ChunkError:
+    return ChunkError("too_large", f"inflates to {size:,}+ bytes, more than the {max_bytes:,} of index.max_chunk_bytes")
+
+
+def _bounded_pieces(span: ChunkSpan, max_bytes: int) -> Iterator[bytes]:
+    """The chunk's payload pieces; ChunkError too_large as soon as they pass max_bytes."""
+    total = 0
+    for piece in inflate_members(span.iter_blocks()):
+        total += len(piece)
+        if total > max_bytes:
+            raise _too_large(total, max_bytes)
+        yield piece
+
+
+def count_by_inflating(span: ChunkSpan, record_size: int, max_bytes: int = DEFAULT_MAX_CHUNK_BYTES) -> int:
+    """Exact record count of a chunk, inflating all of it (CRC verified) in pieces of bounded size."""
+    total = sum(len(piece) for piece in _bounded_pieces(span, max_bytes))
     return _records_from_size(total, record_size)
 
 
-def count_records(span: ChunkSpan, method: str = "scan", expected_version: int = 0) -> ChunkCount:
+def count_records(span: ChunkSpan, method: str = "scan", expected_version: int = 0,
+                  max_bytes: int = DEFAULT_MAX_CHUNK_BYTES) -> ChunkCount:
     """Record count, version and record size of one chunk.
 
     method: "trailer", "scan" or "decompress" (see CountMethod in the config
-    schema). Raises ChunkError for any chunk that can't be used.
+    schema). Raises ChunkError for any chunk that can't be used, too_large
+    for one that inflates beyond max_bytes (from the trailer when it proves
+    the size, else while inflating, never holding more than a piece).
     """
     if method not in ("trailer", "scan", "decompress"):
         raise ValueError(f"unknown count method {method!r}")
@@ -273,7 +294,7 @@ def count_records(span: ChunkSpan, method: str = "scan", expected_version: int =
     record_size = _check_version(version, expected_version)
     inflated = ChunkCount(version, record_size, 0, verified=True)
     if method == "decompress":
-        return dataclasses.replace(inflated, num_records=count_by_inflating(span, record_size))
+        return dataclasses.replace(inflated, num_records=count_by_inflating(span, record_size, max_bytes))
 
     trailer = span.read(span.length - GZIP_TRAILER, GZIP_TRAILER)
     if len(trailer) < GZIP_TRAILER:
@@ -286,10 +307,12 @@ def count_records(span: ChunkSpan, method: str = "scan", expected_version: int =
         and not (method == "scan" and _may_hold_several_members(span))
     )
     if trailer_is_the_size:
+        if isize > max_bytes:
+            raise _too_large(isize, max_bytes)
         return ChunkCount(version, record_size, isize // record_size, verified=False)
-    return dataclasses.replace(inflated, num_records=count_by_inflating(span, record_size))
+    return dataclasses.replace(inflated, num_records=count_by_inflating(span, record_size, max_bytes))
 
 
-def inflate_chunk(span: ChunkSpan) -> bytes:
-    """The whole payload of a chunk (all members), CRC verified."""
-    return b"".join(inflate_members(span.iter_blocks()))
+def inflate_chunk(span: ChunkSpan, max_bytes: int = DEFAULT_MAX_CHUNK_BYTES) -> bytes:
+    """The whole payload of a chunk (all members), CRC verified; too_large beyond max_bytes."""
+    return b"".join(_bounded_pieces(span, max_bytes))

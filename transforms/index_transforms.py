@@ -20,6 +20,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
 from shardmill.transforms.chunk_index import INDEX_SCHEMA, index_source
+from shardmill.transforms.gzip_chunks import DEFAULT_MAX_CHUNK_BYTES
 
 ERRORS = "errors"
 SOURCE_STATS = "source_stats"
@@ -79,9 +80,10 @@ class DiscoverChunkFiles(beam.PTransform):
 
 
 class _IndexFilesFn(beam.DoFn):
-    def __init__(self, count_method: str, expected_version: int):
+    def __init__(self, count_method: str, expected_version: int, max_chunk_bytes: int):
         self._method = count_method
         self._expected_version = expected_version
+        self._max_chunk_bytes = max_chunk_bytes
         self._chunks = Metrics.counter("shardmill.index", "chunks")
         self._records = Metrics.counter("shardmill.index", "records")
         self._errors = Metrics.counter("shardmill.index", "errors")
@@ -97,7 +99,8 @@ class _IndexFilesFn(beam.DoFn):
         tables = []
         skipped = 0
         for path, size in files:
-            result = index_source(path, size, self._method, self._expected_version)
+            result = index_source(path, size, self._method, self._expected_version,
+                                  max_chunk_bytes=self._max_chunk_bytes)
             tables.append(result.table)
             skipped += result.skipped_members
             for dead in result.dead_letters:
@@ -131,12 +134,14 @@ class IndexChunkFiles(beam.PTransform):
     of sources and of skipped non-chunk archive members).
     """
 
-    def __init__(self, count_method: str = "scan", expected_version: int = 0):
+    def __init__(self, count_method: str = "scan", expected_version: int = 0,
+                 max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES):
         super().__init__()
         self._method = count_method
         self._expected_version = expected_version
+        self._max_chunk_bytes = max_chunk_bytes
 
     def expand(self, file_batches):
         return file_batches | "Index" >> beam.ParDo(
-            _IndexFilesFn(self._method, self._expected_version)
+            _IndexFilesFn(self._method, self._expected_version, self._max_chunk_bytes)
         ).with_outputs(ERRORS, SOURCE_STATS, main="index")

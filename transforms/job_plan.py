@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 
 from shardmill.transforms.chunk_index import DeadLetter
 from shardmill.transforms.chunk_sampling import SamplingParams, acceptance_probability, use_counts
+from shardmill.transforms.gzip_chunks import DEFAULT_MAX_CHUNK_BYTES
 from shardmill.transforms.keyed_hash import chunk_keys
 
 LENGTH_BIN = 20  # acceptance statistics by game length, in bins of this many records
@@ -68,6 +69,7 @@ class ReadTask:
     chunks: pa.Table
     params: SamplingParams
     num_shards: int
+    max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,7 +270,8 @@ def num_shards_for(records_planned: int, record_size: int, output: OutputParams)
     return num_shards
 
 
-def read_tasks(used: pa.Table, params: SamplingParams, num_shards: int, max_task_bytes: int) -> list[ReadTask]:
+def read_tasks(used: pa.Table, params: SamplingParams, num_shards: int, max_task_bytes: int,
+               max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES) -> list[ReadTask]:
     """Used chunks grouped per source in file order, cut into tasks of at most max_task_bytes of output.
 
     A chunk whose own output is larger is split by ranges of its emissions;
@@ -293,7 +296,7 @@ def read_tasks(used: pa.Table, params: SamplingParams, num_shards: int, max_task
             chunk_rows = used.take(pa.array(rows, pa.int64()))  # take copies: no parent buffers
             chunk_rows = chunk_rows.append_column("emit_start", pa.array(starts, pa.int64()))
             chunk_rows = chunk_rows.append_column("emit_stop", pa.array(stops, pa.int64()))
-            tasks.append(ReadTask(str(sources[rows[0]]), chunk_rows, params, num_shards))
+            tasks.append(ReadTask(str(sources[rows[0]]), chunk_rows, params, num_shards, max_chunk_bytes))
         rows, starts, stops, budget = [], [], [], per_task
 
     for i in range(used.num_rows):
