@@ -20,7 +20,7 @@ from shardmill.transforms.index_summary import IndexSummary, MergeIndexSummaries
 from shardmill.transforms.index_transforms import (
     ERRORS,
     SOURCE_STATS,
-    DiscoverChunkFiles,
+    DiscoverFiles,
     IndexChunkFiles,
 )
 from shardmill.transforms.manifest import write_dead_letters
@@ -51,12 +51,14 @@ class CountResult:
 
 def index_inputs(pipeline, patterns: list[str], count_method: str, expected_version: int,
                  max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES):
-    """Stages 1-2 on a pipeline: returns the IndexChunkFiles outputs (index, ERRORS, SOURCE_STATS)."""
-    return (
-        pipeline
-        | "Discover" >> DiscoverChunkFiles(patterns)
-        | "IndexChunks" >> IndexChunkFiles(count_method, expected_version, max_chunk_bytes)
-    )
+    """Stages 1-2 on a pipeline: a dict of "index" (tables), ERRORS and SOURCE_STATS of both stages."""
+    found = pipeline | "Discover" >> DiscoverFiles(patterns)
+    indexed = found["batches"] | "IndexChunks" >> IndexChunkFiles(count_method, expected_version, max_chunk_bytes)
+    return {
+        "index": indexed["index"],
+        ERRORS: (found[ERRORS], indexed[ERRORS]) | "DiscoverAndIndexErrors" >> beam.Flatten(),
+        SOURCE_STATS: (found[SOURCE_STATS], indexed[SOURCE_STATS]) | "DiscoverAndIndexStats" >> beam.Flatten(),
+    }
 
 
 def run_count(

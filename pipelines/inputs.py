@@ -1,42 +1,39 @@
-"""Turning the user's input arguments into file patterns, checked before a pipeline starts."""
+"""Turning the user's input arguments into the job's inputs, checked before a pipeline starts."""
 
 from __future__ import annotations
 
-import os
-
-from apache_beam.io.filesystems import FileSystems
-
-from shardmill.transforms.chunk_index import SOURCE_SUFFIXES
+from shardmill.transforms.chunk_index import COMPRESSED_ARCHIVE_SUFFIXES, SOURCE_SUFFIXES
+from shardmill.transforms.discovery import list_input, normalize
 
 
 class InputError(ValueError):
     """An input argument that names nothing usable."""
 
 
-def _is_directory(path: str) -> bool:
-    return path.endswith("/") or (FileSystems.get_scheme(path) is None and os.path.isdir(path))
-
-
 EVENT_SUFFIXES = (".parquet", ".csv", ".tsv", ".jsonl", ".json", ".ndjson")
+LC0_SUFFIXES = SOURCE_SUFFIXES + COMPRESSED_ARCHIVE_SUFFIXES  # the archives get their own dead letter
 
 
-def expand_inputs(inputs: list[str], suffixes: tuple[str, ...] = SOURCE_SUFFIXES) -> list[str]:
-    """File patterns for the inputs: a directory stands for its files with these suffixes
-    (lc0 `.gz` and `.tar` by default; EVENT_SUFFIXES for label sampling).
+def expand_inputs(inputs: list[str], suffixes: tuple[str, ...] = LC0_SUFFIXES) -> list[str]:
+    """The inputs, normalised (absolute local paths), each checked to name at least one file.
 
-    Raises InputError naming every input that matches no file.
+    A directory stands for every file with one of the suffixes in its whole
+    tree (lc0 `.gz` and `.tar` by default; EVENT_SUFFIXES for label sampling);
+    listing stops at the first file found, the pipeline lists the rest.
+    Raises InputError naming every input that names no such file.
     """
-    patterns: list[str] = []
+    checked: list[str] = []
     for item in inputs:
-        if _is_directory(item):
-            base = item.rstrip("/")
-            mine = [f"{base}/*{suffix}" for suffix in suffixes]
-        else:
-            mine = [item]
-        matched = sum(len(m.metadata_list) for m in FileSystems.match(mine))
-        if not matched:
-            what = (f"directory has no {' or '.join(suffixes)} files" if len(mine) > 1
-                    else "pattern matches no file")
-            raise InputError(f"input {item!r}: {what}")
-        patterns.extend(mine)
-    return patterns
+        if not any(event[0] == "file" for event in _first_file(list_input(item, suffixes))):
+            kinds = ", ".join(suffixes[:-1]) + " or " + suffixes[-1]
+            raise InputError(f"input {item!r}: matches no {kinds} file "
+                             "(directories are searched recursively; hidden files are skipped)")
+        checked.append(normalize(item))
+    return checked
+
+
+def _first_file(events):
+    for event in events:
+        yield event
+        if event[0] == "file":
+            return

@@ -8,15 +8,16 @@ WriteShardedOutput does the rest.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 
 import apache_beam as beam
-from apache_beam.io import fileio
-from apache_beam.io.fileio import EmptyMatchTreatment
-from apache_beam.io.filesystems import FileSystems
 
 from shardmill.pipelines.config import LABEL_MODE_NAMES, JobConfig
+from shardmill.pipelines.inputs import EVENT_SUFFIXES
+from shardmill.transforms.discovery import SKIP_KINDS, list_input
+from shardmill.transforms.index_transforms import SOURCE_STATS, DiscoverFiles
 from shardmill.transforms.manifest import count_reasons
 from shardmill.transforms.event_sources import EventRange, read_events, split_file
 from shardmill.transforms.keyed_hash import fingerprint
@@ -131,12 +132,16 @@ class EventShardFormat(ShardFormat):
         return event_shard_table(batches, IDENTITY_COLUMNS)
 
     def finish_stats(self, parts, shards, dead_letters):
-        stats = [p["partition"] for p in parts]
+        stats = [p["partition"] for p in parts if "partition" in p]
+        skipped = collections.Counter()
+        for part in parts:
+            skipped.update(part.get("skipped_files", {}))
         records = sum(s["records"] for s in stats)
         return {
             "label_sampling": _summary(stats, self._ratio, self._mode),
             "accounting": {
                 "partitions": len(stats),
+                "files_skipped": {kind: skipped[kind] for kind in SKIP_KINDS},
                 "records_read": records,
                 "records_written": sum(s["rows"] for s in shards),
                 "errors_by_reason": count_reasons(dead_letters),
@@ -145,9 +150,9 @@ class EventShardFormat(ShardFormat):
         }
 
 
-def default_num_shards(patterns: list[str], target_shard_bytes: int) -> int:
+def default_num_shards(inputs: list[str], target_shard_bytes: int) -> int:
     """Input bytes / target: an upper bound on the output, known before any record is read."""
-    total = sum(m.size_in_bytes for r in FileSystems.match(patterns) for m in r.metadata_list)
+    total = sum(event[2] for item in inputs for event in list_input(item, EVENT_SUFFIXES) if event[0] == "file")
     return max(1, math.ceil(total / target_shard_bytes))
 
 
@@ -164,12 +169,10 @@ class LabelJob(beam.PTransform):
 
     def expand(self, pbegin):
         spec = self._spec
+        found = pbegin | "Discover" >> DiscoverFiles(self._inputs, EVENT_SUFFIXES)
         files = (
-            pbegin
-            | "Patterns" >> beam.Create(self._inputs)
-            | "Match" >> fileio.MatchAll(EmptyMatchTreatment.ALLOW)
-            | "PathAndSize" >> beam.Map(lambda m: (m.path, m.size_in_bytes))
-            | "OncePerFile" >> beam.Distinct()
+            found["batches"]
+            | "Files" >> beam.FlatMap(lambda batch: batch)
             | "Partitions" >> beam.FlatMap(lambda f, limit: split_file(f[0], f[1], limit), spec.max_partition_bytes)
             | "Spread" >> beam.Reshuffle()
         )
@@ -198,6 +201,6 @@ class LabelJob(beam.PTransform):
             "num_shards": pbegin | "NumShards" >> beam.Create([self._num_shards]),
             "record": pbegin | "Record" >> beam.Create([{"record_format": "events",
                                                           "label_column": spec.label_column}]),
-            "errors": sampled[ERRORS],
-            "stats": sampled[STATS],
+            "errors": (found[ERRORS], sampled[ERRORS]) | "AllErrors" >> beam.Flatten(),
+            "stats": (found[SOURCE_STATS], sampled[STATS]) | "AllStats" >> beam.Flatten(),
         }

@@ -7,6 +7,7 @@ spill their records per shard. WriteShardedOutput does the rest.
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 
@@ -16,7 +17,8 @@ from apache_beam.metrics import Metrics
 from shardmill.pipelines.config import JobConfig, count_method, sampling_params
 from shardmill.pipelines.count_job import index_inputs
 from shardmill.transforms.chunk_loading import load_task
-from shardmill.transforms.index_transforms import ERRORS
+from shardmill.transforms.discovery import SKIP_KINDS
+from shardmill.transforms.index_transforms import ERRORS, SOURCE_STATS
 from shardmill.transforms.chunk_sampling import SamplingParams
 from shardmill.transforms.job_plan import (GlobalDecisions, OutputParams, decide, final_stats, merge_stats,
                                            num_shards_for, plan_table, read_tasks, summarize_sources)
@@ -44,7 +46,13 @@ class Lc0ShardFormat(ShardFormat):
     def finish_stats(self, parts, shards, dead_letters):
         plan_stats = next(p["plan"] for p in parts if "plan" in p)
         loads = [p["load"] for p in parts if "load" in p]
-        return {"accounting": accounting(plan_stats, loads, dead_letters, shards), "sampling": plan_stats["sampling"]}
+        acc = accounting(plan_stats, loads, dead_letters, shards)
+        skipped = collections.Counter()
+        for part in parts:
+            skipped.update(part.get("skipped_files", {}))
+        acc["sources_indexed"] = sum(p.get("sources", 0) for p in parts)
+        acc["files_skipped"] = {kind: skipped[kind] for kind in SKIP_KINDS}
+        return {"accounting": acc, "sampling": plan_stats["sampling"]}
 
 
 class _LoadTasksFn(beam.DoFn):
@@ -149,7 +157,7 @@ class Lc0Job(beam.PTransform):
             "num_shards": num_shards,
             "record": decisions | "Record" >> beam.Map(_record),
             "errors": (indexed[ERRORS], plan_errors, loaded[ERRORS]) | "AllErrors" >> beam.Flatten(),
-            "stats": (plan_stats, loaded[LOAD_STATS]) | "AllStats" >> beam.Flatten(),
+            "stats": (plan_stats, loaded[LOAD_STATS], indexed[SOURCE_STATS]) | "AllStats" >> beam.Flatten(),
         }
 
 

@@ -88,11 +88,11 @@ def test_cli_count_uses_the_config_file(lc0_dataset, tmp_path, capsys):
 
 def test_cli_rejects_an_input_that_matches_nothing(tmp_path, capsys):
     assert cli.main(["count", str(tmp_path / "nothing-*.tar")]) == 2
-    assert "matches no file" in capsys.readouterr().err
+    assert "matches no .gz, .tar" in capsys.readouterr().err
 
 
 def test_empty_directory_is_an_input_error(tmp_path):
-    with pytest.raises(InputError, match="no .gz or .tar"):
+    with pytest.raises(InputError, match="matches no .gz, .tar"):
         expand_inputs([str(tmp_path)])
 
 

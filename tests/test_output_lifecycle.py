@@ -459,7 +459,7 @@ def test_dry_run_builds_every_job_kind_and_checks_its_inputs(lc0_dataset, tmp_pa
     no_csv = tmp_path / "nocsv.textproto"
     no_csv.write_text(f'input: "{directory}"\nlabel_sampling {{ label_column: "c" }}\noutput {{ path: "{tmp_path}/o" }}')
     assert cli.main(["run", "--config", str(no_csv), "--dry-run"]) == 2
-    assert "has no .parquet or .csv" in capsys.readouterr().err
+    assert "matches no .parquet, .csv" in capsys.readouterr().err
 
 
 def test_the_reader_reads_format_1_and_an_overwrite_replaces_it(outputs, tmp_path):

@@ -28,6 +28,7 @@ class IndexSummary:
     compressed_bytes: int = 0
     verified_chunks: int = 0
     skipped_members: int = 0
+    skipped_files: dict[str, int] = dataclasses.field(default_factory=dict)  # discovery: kind -> files
     min_records: int | None = None
     max_records: int | None = None
     histogram: list[int] = dataclasses.field(default_factory=lambda: [0] * HISTOGRAM_BINS)
@@ -59,7 +60,8 @@ class IndexSummary:
 
     @classmethod
     def of_source_stats(cls, stats: dict) -> "IndexSummary":
-        return cls(sources=stats["sources"], skipped_members=stats["skipped_members"])
+        return cls(sources=stats.get("sources", 0), skipped_members=stats.get("skipped_members", 0),
+                   skipped_files={k: v for k, v in stats.get("skipped_files", {}).items() if v})
 
     def __add__(self, other: "IndexSummary") -> "IndexSummary":
         def merged(a: dict, b: dict) -> dict:
@@ -78,6 +80,7 @@ class IndexSummary:
             compressed_bytes=self.compressed_bytes + other.compressed_bytes,
             verified_chunks=self.verified_chunks + other.verified_chunks,
             skipped_members=self.skipped_members + other.skipped_members,
+            skipped_files=merged(self.skipped_files, other.skipped_files),
             min_records=pick(min, self.min_records, other.min_records),
             max_records=pick(max, self.max_records, other.max_records),
             histogram=[a + b for a, b in zip(self.histogram, other.histogram)],
@@ -104,7 +107,8 @@ class IndexSummary:
         """Human-readable report for the terminal."""
         mean = self.records / self.chunks if self.chunks else 0.0
         lines = [
-            f"sources  {self.sources:>12,}   (skipped non-chunk archive members: {self.skipped_members:,})",
+            f"sources  {self.sources:>12,}   (skipped non-chunk archive members: {self.skipped_members:,}; "
+            f"skipped files: {', '.join(f'{k} {v:,}' for k, v in self.skipped_files.items()) or 'none'})",
             f"chunks   {self.chunks:>12,}   (count verified by inflation: {self.verified_chunks:,})",
             f"records  {self.records:>12,}   ({self.uncompressed_bytes / 1e6:,.1f} MB uncompressed, "
             f"{self.compressed_bytes / 1e6:,.1f} MB compressed)",

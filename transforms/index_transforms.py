@@ -14,12 +14,11 @@ import time
 import apache_beam as beam
 import pyarrow as pa
 import pyarrow.compute as pc
-from apache_beam.io import fileio
-from apache_beam.io.fileio import EmptyMatchTreatment
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
-from shardmill.transforms.chunk_index import INDEX_SCHEMA, index_source
+from shardmill.transforms.chunk_index import COMPRESSED_ARCHIVE_SUFFIXES, INDEX_SCHEMA, SOURCE_SUFFIXES, index_source
+from shardmill.transforms.discovery import SKIP_KINDS, list_input
 from shardmill.transforms.gzip_chunks import DEFAULT_MAX_CHUNK_BYTES
 
 ERRORS = "errors"
@@ -55,28 +54,54 @@ class _BatchFilesFn(beam.DoFn):
             self._batch, self._bytes = [], 0
 
 
-class DiscoverChunkFiles(beam.PTransform):
-    """Stage 1: file patterns -> batches (lists) of (path, size_in_bytes).
+class _ListInputFn(beam.DoFn):
+    """One input → (path, size) of each file to read; dead letters and skip counts on the side."""
 
-    Each file is listed once even if several patterns match it. Patterns that
-    match nothing are allowed here; the CLI rejects them before the pipeline.
+    def __init__(self, suffixes: tuple[str, ...]):
+        self._suffixes = suffixes
+
+    def process(self, item):
+        skipped = {kind: 0 for kind in SKIP_KINDS}
+        for event in list_input(item, self._suffixes):
+            if event[0] == "file":
+                yield event[1], event[2]
+            elif event[0] == "skip":
+                skipped[event[1]] += 1
+            else:
+                yield beam.pvalue.TaggedOutput(ERRORS, event[1].to_dict())
+        yield beam.pvalue.TaggedOutput(SOURCE_STATS, {"skipped_files": skipped})
+
+
+class DiscoverFiles(beam.PTransform):
+    """Stage 1: inputs (files, globs, directory trees) → batches (lists) of (path, size_in_bytes).
+
+    Returns a dict: "batches", ERRORS (dead-letter dicts of files that can't
+    be read) and SOURCE_STATS ({"skipped_files": {kind: n}} per input; see
+    transforms/discovery.py). Each file is listed once even if several inputs
+    name it. Inputs that name nothing are allowed here; the CLI rejects them
+    before the pipeline.
     """
 
-    def __init__(self, patterns: list[str], max_files_per_batch: int = 256, max_bytes_per_batch: int = 64 << 20):
+    def __init__(self, inputs: list[str], suffixes: tuple[str, ...] = SOURCE_SUFFIXES + COMPRESSED_ARCHIVE_SUFFIXES,
+                 max_files_per_batch: int = 256, max_bytes_per_batch: int = 64 << 20):
         super().__init__()
-        self._patterns = list(patterns)
+        self._inputs = list(inputs)
+        self._suffixes = tuple(suffixes)
         self._max_files = max_files_per_batch
         self._max_bytes = max_bytes_per_batch
 
     def expand(self, pbegin):
-        return (
+        listed = (
             pbegin
-            | "Patterns" >> beam.Create(self._patterns)
-            | "Match" >> fileio.MatchAll(EmptyMatchTreatment.ALLOW)
-            | "PathAndSize" >> beam.Map(lambda m: (m.path, m.size_in_bytes))
+            | "Inputs" >> beam.Create(self._inputs)
+            | "List" >> beam.ParDo(_ListInputFn(self._suffixes)).with_outputs(ERRORS, SOURCE_STATS, main="files")
+        )
+        batches = (
+            listed["files"]
             | "OncePerFile" >> beam.Distinct()  # also spreads files over workers
             | "Batch" >> beam.ParDo(_BatchFilesFn(self._max_files, self._max_bytes))
         )
+        return {"batches": batches, ERRORS: listed[ERRORS], SOURCE_STATS: listed[SOURCE_STATS]}
 
 
 class _IndexFilesFn(beam.DoFn):

@@ -1,0 +1,155 @@
+"""Stage 1 kernel: the files an input names, and what it names but is not read, with why.
+
+An input is a file, a glob pattern (`**` crosses directories) or a directory,
+which stands for its whole tree. Local inputs are listed here with lstat, so
+nothing is opened to be classified:
+
+- hidden and temporary files (a name starting with `.` or `_`, or ending
+  with `.tmp`, `.part`, `.partial` or `~`) and hidden directories are skipped
+  and counted (`hidden`) — unless the input names the file itself;
+- FIFOs, sockets, devices and links to directories are skipped and counted
+  (`not_regular`): opening a FIFO would block forever, links can make cycles;
+- files without one of the job's suffixes are skipped and counted
+  (`other_suffix`) — unless named themselves, which indexing reports;
+- a dangling symbolic link, an unreadable file or directory is a dead letter
+  `unreadable`; a name that is not valid UTF-8 is a dead letter `bad_name`
+  that shows the name's bytes escaped.
+
+Paths are made absolute and normalised (`a/../b.tar` is `b.tar`), so one file
+reached by two spellings is one source. Object-store inputs (gs://, s3://)
+are listed through Beam's FileSystems; there every object is a regular file.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import posixpath
+import stat
+from typing import Iterator
+
+from shardmill.transforms.chunk_index import DeadLetter
+
+SKIP_KINDS = ("hidden", "not_regular", "other_suffix")
+TEMPORARY_SUFFIXES = (".tmp", ".part", ".partial", "~")
+GLOB_CHARS = "*?["
+
+
+def escaped(path: str) -> str:
+    """A path printable as UTF-8: bytes of a non-UTF-8 name as \\xNN escapes."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def is_hidden(name: str) -> bool:
+    return name.startswith((".", "_")) or name.endswith(TEMPORARY_SUFFIXES)
+
+
+def is_local(path: str) -> bool:
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems.get_scheme(path) in (None, "file")
+
+
+def normalize(path: str) -> str:
+    """Absolute and normalised for a local path; normalised below the bucket for a URI."""
+    if is_local(path):
+        if path.startswith("file://"):
+            path = path[len("file://"):]
+        return os.path.abspath(os.path.expanduser(path))
+    scheme, rest = path.split("://", 1)
+    bucket, _, key = rest.partition("/")
+    key = posixpath.normpath(key) if key else ""
+    return f"{scheme}://{bucket}/{'' if key == '.' else key}"
+
+
+# Events of a listing: a file to read, a skipped file (its kind), a dead letter.
+Listed = tuple  # ("file", path, size) | ("skip", kind) | ("dead", DeadLetter)
+
+
+def _classify(path: str, suffixes: tuple[str, ...], named: bool) -> Iterator[Listed]:
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        yield "dead", DeadLetter(escaped(path), "discover", "bad_name",
+                                 "the file name is not valid UTF-8 (its bytes are shown escaped); rename it")
+        return
+    if not named and is_hidden(os.path.basename(path)):
+        yield "skip", "hidden"
+        return
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            yield "dead", DeadLetter(path, "discover", "unreadable",
+                                     f"dangling symbolic link to {os.readlink(path)!r}")
+        else:
+            yield "dead", DeadLetter(path, "discover", "unreadable", "the file disappeared while listing")
+        return
+    except OSError as err:
+        yield "dead", DeadLetter(path, "discover", "unreadable", f"cannot stat: {err.strerror or err}")
+        return
+    if stat.S_ISDIR(info.st_mode):
+        yield from _walk(path, suffixes)
+        return
+    if not stat.S_ISREG(info.st_mode):
+        yield "skip", "not_regular"
+        return
+    if not named and not path.endswith(suffixes):
+        yield "skip", "other_suffix"
+        return
+    if not os.access(path, os.R_OK):
+        yield "dead", DeadLetter(path, "discover", "unreadable", "permission denied")
+        return
+    yield "file", path, info.st_size
+
+
+def _walk(top: str, suffixes: tuple[str, ...]) -> Iterator[Listed]:
+    errors: list[OSError] = []
+    for root, dirs, files in os.walk(top, onerror=errors.append, followlinks=False):
+        descend = []
+        for name in sorted(dirs):
+            if is_hidden(name):
+                yield "skip", "hidden"
+            elif os.path.islink(os.path.join(root, name)):
+                yield "skip", "not_regular"  # a link to a directory: not followed (links can make cycles)
+            else:
+                descend.append(name)
+        dirs[:] = descend
+        for name in sorted(files):
+            yield from _classify(os.path.join(root, name), suffixes, named=False)
+    for err in errors:
+        yield "dead", DeadLetter(err.filename or top, "discover", "unreadable",
+                                 f"cannot list the directory: {err.strerror or err}")
+
+
+def _list_remote(item: str, suffixes: tuple[str, ...]) -> Iterator[Listed]:
+    from apache_beam.io.filesystems import FileSystems
+
+    directory = item.endswith("/") or not any(c in item for c in GLOB_CHARS)
+    pattern = item.rstrip("/") + "/**" if directory else item
+    root = item.rstrip("/") if directory else item[:min(item.find(c) for c in GLOB_CHARS if c in item)]
+    for result in FileSystems.match([pattern] + ([item] if directory else [])):
+        for meta in result.metadata_list:
+            relative = meta.path[len(root):].lstrip("/")
+            named = meta.path == item
+            if not named and any(is_hidden(part) for part in relative.split("/")):
+                yield "skip", "hidden"
+            elif not named and not meta.path.endswith(suffixes):
+                yield "skip", "other_suffix"
+            else:
+                yield "file", meta.path, meta.size_in_bytes
+
+
+def list_input(item: str, suffixes: tuple[str, ...]) -> Iterator[Listed]:
+    """Everything one input names, as listing events (see the module doc)."""
+    if not is_local(item):
+        yield from _list_remote(normalize(item), suffixes)
+        return
+    path = normalize(item)
+    if any(c in item for c in GLOB_CHARS):
+        for match in sorted(glob.glob(path, recursive=True)):
+            yield from _classify(os.path.normpath(match), suffixes, named=False)
+        return
+    if not os.path.lexists(path):
+        return
+    yield from _classify(path, suffixes, named=not os.path.isdir(path))
