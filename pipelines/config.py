@@ -81,8 +81,8 @@ def validate(config: JobConfig, require_input: bool = True) -> JobConfig:
         raise ConfigError(f"chunk_pool.hanse_sampling_gamma: must be finite and >= 0, got {gamma}")
     if not 1 <= pool.passes <= 1_000_000:
         raise ConfigError(f"chunk_pool.passes: must be in 1..1000000, got {pool.passes}")
-    if pool.HasField("position_count") and pool.position_count < 1:
-        raise ConfigError("chunk_pool.position_count: must be >= 1 when set")
+    if pool.HasField("position_count") and not 1 <= pool.position_count <= 1_000_000:
+        raise ConfigError(f"chunk_pool.position_count: must be in 1..1000000 when set, got {pool.position_count}")
     out = config.output
     if out.num_shards > 100_000:
         raise ConfigError(f"output.num_shards: must be <= 100000, got {out.num_shards}")

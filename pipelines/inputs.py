@@ -24,7 +24,10 @@ def expand_inputs(inputs: list[str], suffixes: tuple[str, ...] = LC0_SUFFIXES) -
     """
     checked: list[str] = []
     for item in inputs:
-        if not any(event[0] == "file" for event in _first_file(list_input(item, suffixes))):
+        events = list(_first_file(list_input(item, suffixes)))
+        if not any(event[0] == "file" for event in events):
+            if [e[:2] for e in events] == [("skip", "not_regular")]:
+                raise InputError(f"input {item!r}: not a regular file (a FIFO, socket or device is never opened)")
             kinds = ", ".join(suffixes[:-1]) + " or " + suffixes[-1]
             raise InputError(f"input {item!r}: matches no {kinds} file "
                              "(directories are searched recursively; hidden files are skipped)")

@@ -17,7 +17,7 @@ def plot_sampling(manifest: dict, path: str) -> None:
     sampling = manifest["stats"]["sampling"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     hist = sampling["use_count_histogram"]
-    left.bar(range(len(hist)), hist, color="#4878a8")
+    left.bar([uses for uses, _ in hist], [chunks for _, chunks in hist], color="#4878a8")
     left.set_xlabel("uses per chunk (accepted proposals)")
     left.set_ylabel("chunks")
     left.set_title(f"use_count over {sampling['passes']} pass(es)")

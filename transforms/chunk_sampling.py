@@ -65,14 +65,25 @@ def acceptance_probability(num_records: np.ndarray, threshold: int, gamma: float
 
 
 def use_counts(keys: np.ndarray, probability: np.ndarray, passes: int, seed: int) -> np.ndarray:
-    """Number of accepted proposals of each chunk over `passes` passes."""
+    """Number of accepted proposals of each chunk over `passes` passes.
+
+    Draw p of a chunk is keyed by (seed, chunk, p); blocks of passes are drawn
+    at once over at most ~2^20 (chunk, pass) pairs, so memory stays bounded
+    and a million passes cost seconds, not a Python loop per pass.
+    """
     counts = np.zeros(len(keys), dtype=np.int64)
     always = probability >= 1.0
     counts[always] = passes
     sampled = np.flatnonzero(~always & (probability > 0))
-    for p in range(passes):  # one pass at a time bounds memory at O(chunks)
-        u = unit_float(hash_words(seed, STREAM_ACCEPT, keys[sampled], p))
-        counts[sampled] += u < probability[sampled]
+    if len(sampled) == 0:
+        return counts
+    sampled_keys = keys[sampled][:, None]
+    sampled_p = probability[sampled][:, None]
+    block = max(1, (1 << 20) // len(sampled))
+    for start in range(0, passes, block):
+        passes_block = np.arange(start, min(passes, start + block), dtype=np.uint64)[None, :]
+        u = unit_float(hash_words(seed, STREAM_ACCEPT, sampled_keys, passes_block))
+        counts[sampled] += (u < sampled_p).sum(axis=1)
     return counts
 
 

@@ -226,10 +226,6 @@ def merge_stats(parts: list[dict]) -> dict:
 
 def final_stats(merged: dict, params: SamplingParams) -> dict:
     """The manifest's plan statistics (accounting and sampling) from the merged partial ones."""
-    counts = merged.get("use_counts", {})
-    histogram = [0] * (max(counts, default=0) + 1)
-    for uses, chunks in counts.items():
-        histogram[uses] = chunks
     accounting = {key: merged.get(key, 0) for key in (
         "chunks_indexed", "records_indexed", "chunks_rejected_by_plan", "chunks_outside_window",
         "chunks_never_accepted", "chunks_used", "uses_planned", "records_planned")}
@@ -243,8 +239,8 @@ def final_stats(merged: dict, params: SamplingParams) -> dict:
             "chunk_pool_size": params.pool_size,
             "proposals": merged.get("proposals", 0),
             "accepted": merged.get("uses_planned", 0),
-            # Chunks by use count, up to the largest use count that occurred.
-            "use_count_histogram": histogram,
+            # [use count, chunks] for every use count that occurred (sparse: passes may be 10^6).
+            "use_count_histogram": [[uses, chunks] for uses, chunks in sorted(merged.get("use_counts", {}).items())],
             "by_length": [{
                 "min_records": b * LENGTH_BIN, "max_records": b * LENGTH_BIN + LENGTH_BIN - 1,
                 "chunks": chunks, "proposals": proposals, "accepted": accepted,
