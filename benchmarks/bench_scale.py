@@ -1,0 +1,224 @@
+"""How `shardmill run` and the plan scale with the number of sources and chunks.
+
+Three parts, one JSON object:
+
+- "sources": `shardmill run` (in-process runner) on 10^2 … 2·10^4 loose `.gz`
+  files of small games: wall time and peak memory of the whole process tree
+  (sampled from /proc), and the growth of each from the smallest size (the
+  baseline of this run).
+- "chunks": the same on ≥ 10^6 chunks in tar archives (the window keeps the
+  newest 20,000 so the output stays small; every chunk is indexed and planned).
+- "plan": the plan stage alone on a synthetic index of up to 10^7 rows, as the
+  job runs it (per-source summaries, global decisions, then each index table
+  planned on its own), against planning the whole index as one table (what
+  the job did before), side by side in subprocesses: time and peak RSS.
+
+    python benchmarks/bench_scale.py [--sources 100,1000,5000,20000] [--chunks 1000000]
+                                     [--plan-rows 1000000,10000000] [--whole-plan-rows 1000000] [--data-root DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import textwrap
+
+import numpy as np
+
+REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bench_job import measure  # noqa: E402
+from tests.datagen.lc0 import gzip_bytes, make_game_records  # noqa: E402
+
+SHARDMILL = [sys.executable, "-m", "shardmill.pipelines.cli", "run"]
+DISTINCT_GAMES = 64  # games are reused (chunk identity is the file and ordinal, not the bytes)
+
+
+def small_games(seed: int) -> list[bytes]:
+    rng = np.random.default_rng(seed)
+    return [gzip_bytes(make_game_records(seed * 1000 + i, int(n)).tobytes())
+            for i, n in enumerate(rng.integers(4, 16, DISTINCT_GAMES))]
+
+
+def write_loose_games(directory: str, count: int) -> None:
+    os.makedirs(directory, exist_ok=True)
+    games = small_games(1)
+    for i in range(count):
+        with open(os.path.join(directory, f"training.{i:08d}.gz"), "wb") as f:
+            f.write(games[i % len(games)])
+
+
+def write_archives(directory: str, archives: int, members: int) -> None:
+    os.makedirs(directory, exist_ok=True)
+    games = [gzip_bytes(make_game_records(7000 + i, 1).tobytes()) for i in range(DISTINCT_GAMES)]
+    for a in range(archives):
+        with tarfile.open(os.path.join(directory, f"training-2026{a:06d}.tar"), "w", format=tarfile.GNU_FORMAT) as tar:
+            for m in range(members):
+                data = games[(a + m) % len(games)]
+                info = tarfile.TarInfo(f"games/training.{a}.{m}.gz")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+
+
+def run_job(data_dir: str, work: str, extra: str) -> dict:
+    config = os.path.join(work, "job.textproto")
+    with open(config, "w") as f:
+        f.write(f'input: "{data_dir}"\nindex {{ lc0_version: 6 }}\n{extra}\nmax_error_fraction: 1\n')
+    out = os.path.join(work, "out")
+    shutil.rmtree(out, ignore_errors=True)
+    seconds, peak = measure(SHARDMILL + ["--config", config, "--output", out])
+    with open(os.path.join(out, "_manifest.json")) as f:
+        acc = json.load(f)["stats"]["accounting"]
+    return {"seconds": round(seconds, 2), "peak_rss_mib": round(peak / 2**20, 1),
+            "chunks_indexed": acc["chunks_indexed"], "records_written": acc["records_written"]}
+
+
+PLAN_SCRIPT = textwrap.dedent("""
+    import json, pickle, resource, sys, time
+    sys.path.insert(0, sys.argv[1])
+    import numpy as np, pyarrow as pa
+    from benchmarks.bench_scale import synthetic_table
+    from shardmill.transforms import job_plan
+    from shardmill.transforms.chunk_sampling import SamplingParams
+
+    mode, rows, per_table = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    params = SamplingParams(seed=1, passes=4, position_count=8, threshold=150, gamma=1.0, pool_size=rows // 2)
+    output = job_plan.OutputParams()
+    tables = rows // per_table
+    start = time.perf_counter()
+    if mode == "whole":
+        plan = job_plan.make_plan(pa.concat_tables([synthetic_table(t, per_table) for t in range(tables)]),
+                                  params, output)
+        tasks, planned = len(plan.tasks), plan.stats["accounting"]["records_planned"]
+    else:
+        # As the job: each index table is an element, summarised, then planned on its own (on a
+        # cluster, in parallel); only summaries and sums meet. Here the tables are made again for
+        # each step instead of being held, as Beam keeps them on its workers.
+        summaries = [s for t in range(tables) for s in job_plan.summarize_sources(synthetic_table(t, per_table))]
+        decisions = job_plan.decide(summaries, params.pool_size)
+        stats, planned = [], 0
+        for t in range(tables):
+            part = job_plan.plan_table(synthetic_table(t, per_table), decisions, params)
+            stats.append(part.stats)
+            planned += part.records_planned
+        num_shards = job_plan.num_shards_for(planned, decisions.record_size, output)
+        tasks = largest_task = 0
+        for t in range(tables):
+            part = job_plan.plan_table(synthetic_table(t, per_table), decisions, params)
+            for task in job_plan.read_tasks(part.used, params, num_shards, output.max_task_bytes):
+                tasks += 1
+                largest_task = max(largest_task, len(pickle.dumps(task)))
+        job_plan.final_stats(job_plan.merge_stats(stats), params)
+        print(json.dumps({"largest_task_pickle_bytes": largest_task, "summaries_pickle_bytes":
+                          len(pickle.dumps(summaries))}), file=sys.stderr)
+    seconds = time.perf_counter() - start
+    print(json.dumps({"seconds": round(seconds, 2), "us_per_row": round(seconds / rows * 1e6, 3),
+                      "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                      "tasks": tasks, "records_planned": planned}))
+""")
+
+SOURCES_PER_TABLE = 256  # as many sources as the job's discovery batches together
+CHUNKS_PER_SOURCE = 40
+
+
+def synthetic_table(table: int, rows: int):
+    """Index table `table`: SOURCES_PER_TABLE-ish sources of CHUNKS_PER_SOURCE games (20-400 records)."""
+    import pyarrow as pa
+
+    from shardmill.transforms.chunk_index import INDEX_SCHEMA
+
+    rng = np.random.default_rng(table)
+    per_source = min(rows, CHUNKS_PER_SOURCE)
+    sources = rows // per_source
+    ids = table * 10**6 + np.repeat(np.arange(sources), per_source)
+    names = np.array([f"/data/training-{i:012d}.tar" for i in range(table * 10**6, table * 10**6 + sources)],
+                     dtype=object)[ids - table * 10**6]
+    n = len(ids)
+    return pa.table({
+        "source": pa.array(names.tolist()),
+        "sort_key": pa.array([s[6:] for s in names.tolist()]),
+        "chunk": pa.array(np.tile(np.arange(per_source), sources), pa.int32()),
+        "member": pa.array(["games/x.gz"] * n),
+        "offset": pa.array(np.tile(np.arange(per_source) * 20_000, sources), pa.int64()),
+        "length": pa.array(np.full(n, 15_000), pa.int64()),
+        "num_records": pa.array(rng.integers(20, 400, n), pa.int64()),
+        "record_size": pa.array(np.full(n, 8356), pa.int32()),
+        "version": pa.array(np.full(n, 6), pa.int32()),
+        "verified": pa.array(np.zeros(n, bool)),
+        "format": pa.array(["lc0"] * n),
+    }, schema=INDEX_SCHEMA)
+
+
+def plan_stage(mode: str, rows: int) -> dict:
+    per_table = SOURCES_PER_TABLE * CHUNKS_PER_SOURCE
+    done = subprocess.run([sys.executable, "-c", PLAN_SCRIPT, REPO, mode, str(rows), str(per_table)],
+                          capture_output=True, text=True)
+    if done.returncode:
+        return {"failed": done.stderr.strip().splitlines()[-1] if done.stderr else f"exit {done.returncode}"}
+    result = json.loads(done.stdout)
+    for line in done.stderr.splitlines():
+        if line.startswith("{"):
+            result.update(json.loads(line))
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sources", default="100,1000,5000,20000")
+    parser.add_argument("--chunks", type=int, default=1_000_000)
+    parser.add_argument("--chunk-archives", type=int, default=100)
+    parser.add_argument("--plan-rows", default="1000000,10000000")
+    parser.add_argument("--whole-plan-rows", default="1000000", help="sizes at which to also plan the whole index")
+    parser.add_argument("--data-root", help="keep generated data here and reuse it")
+    args = parser.parse_args()
+    root = args.data_root or tempfile.mkdtemp(prefix="bench-scale-")
+    work = tempfile.mkdtemp(prefix="bench-scale-work-")
+    report = {"sources": {}, "chunks": {}, "plan": {}}
+    sizes = [int(s) for s in args.sources.split(",") if s]
+    for count in sizes:
+        data = os.path.join(root, f"loose-{count}")
+        if not os.path.isdir(data):
+            write_loose_games(data, count)
+        report["sources"][count] = run_job(data, work, "chunk_pool { position_count: 2 }")
+        print(json.dumps({"sources": count, **report["sources"][count]}), file=sys.stderr, flush=True)
+    if sizes:
+        base = report["sources"][sizes[0]]
+        for count in sizes[1:]:
+            r = report["sources"][count]
+            r["growth_vs_smallest"] = {"sources": count / sizes[0], "seconds": round(r["seconds"] / base["seconds"], 2),
+                                       "peak_rss": round(r["peak_rss_mib"] / base["peak_rss_mib"], 2)}
+    if args.chunks:
+        data = os.path.join(root, f"archives-{args.chunks}")
+        if not os.path.isdir(data):
+            write_archives(data, args.chunk_archives, args.chunks // args.chunk_archives)
+        report["chunks"][args.chunks] = run_job(data, work,
+                                                "chunk_pool { chunk_pool_size: 20000 position_count: 1 }")
+        print(json.dumps({"chunks": args.chunks, **report["chunks"][args.chunks]}), file=sys.stderr, flush=True)
+    whole_sizes = {int(s) for s in args.whole_plan_rows.split(",") if s}
+    for rows in (int(s) for s in args.plan_rows.split(",") if s):
+        entry = {"per_table": plan_stage("per_table", rows)}
+        if rows in whole_sizes:
+            entry["whole_index"] = plan_stage("whole", rows)
+            a, b = entry["per_table"], entry["whole_index"]
+            if "failed" not in a and "failed" not in b:
+                entry["whole_over_per_table"] = {"seconds": round(b["seconds"] / a["seconds"], 2),
+                                                 "peak_rss": round(b["peak_rss_mib"] / a["peak_rss_mib"], 2)}
+        report["plan"][rows] = entry
+        print(json.dumps({"plan_rows": rows, **entry}), file=sys.stderr, flush=True)
+    shutil.rmtree(work, ignore_errors=True)
+    if not args.data_root:
+        shutil.rmtree(root, ignore_errors=True)
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
