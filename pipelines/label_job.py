@@ -8,7 +8,6 @@ WriteShardedOutput does the rest.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import math
 
@@ -16,7 +15,7 @@ import apache_beam as beam
 
 from shardmill.pipelines.config import LABEL_MODE_NAMES, JobConfig
 from shardmill.pipelines.inputs import EVENT_SUFFIXES
-from shardmill.transforms.discovery import SKIP_KINDS, list_input
+from shardmill.transforms.discovery import list_input, skipped_files
 from shardmill.transforms.index_transforms import SOURCE_STATS, DiscoverFiles
 from shardmill.transforms.manifest import count_reasons
 from shardmill.transforms.event_sources import EventRange, read_events, split_file
@@ -133,15 +132,12 @@ class EventShardFormat(ShardFormat):
 
     def finish_stats(self, parts, shards, dead_letters):
         stats = [p["partition"] for p in parts if "partition" in p]
-        skipped = collections.Counter()
-        for part in parts:
-            skipped.update(part.get("skipped_files", {}))
         records = sum(s["records"] for s in stats)
         return {
             "label_sampling": _summary(stats, self._ratio, self._mode),
             "accounting": {
                 "partitions": len(stats),
-                "files_skipped": {kind: skipped[kind] for kind in SKIP_KINDS},
+                "files_skipped": skipped_files(parts),
                 "records_read": records,
                 "records_written": sum(s["rows"] for s in shards),
                 "errors_by_reason": count_reasons(dead_letters),

@@ -7,7 +7,6 @@ spill their records per shard. WriteShardedOutput does the rest.
 
 from __future__ import annotations
 
-import collections
 import logging
 import time
 
@@ -17,7 +16,7 @@ from apache_beam.metrics import Metrics
 from shardmill.pipelines.config import JobConfig, count_method, sampling_params
 from shardmill.pipelines.count_job import index_inputs
 from shardmill.transforms.chunk_loading import load_task
-from shardmill.transforms.discovery import SKIP_KINDS
+from shardmill.transforms.discovery import skipped_files
 from shardmill.transforms.index_transforms import ERRORS, SOURCE_STATS
 from shardmill.transforms.chunk_sampling import SamplingParams
 from shardmill.transforms.job_plan import (GlobalDecisions, OutputParams, decide, final_stats, merge_stats,
@@ -47,11 +46,8 @@ class Lc0ShardFormat(ShardFormat):
         plan_stats = next(p["plan"] for p in parts if "plan" in p)
         loads = [p["load"] for p in parts if "load" in p]
         acc = accounting(plan_stats, loads, dead_letters, shards)
-        skipped = collections.Counter()
-        for part in parts:
-            skipped.update(part.get("skipped_files", {}))
         acc["sources_indexed"] = sum(p.get("sources", 0) for p in parts)
-        acc["files_skipped"] = {kind: skipped[kind] for kind in SKIP_KINDS}
+        acc["files_skipped"] = skipped_files(parts)
         return {"accounting": acc, "sampling": plan_stats["sampling"]}
 
 

@@ -35,6 +35,11 @@ TEMPORARY_SUFFIXES = (".tmp", ".part", ".partial", "~")
 GLOB_CHARS = "*?["
 
 
+def skipped_files(parts: list[dict]) -> dict:
+    """Files skipped by kind, summed over stats dicts that may hold a `skipped_files` entry."""
+    return {kind: sum(part.get("skipped_files", {}).get(kind, 0) for part in parts) for kind in SKIP_KINDS}
+
+
 def escaped(path: str) -> str:
     """A path printable as UTF-8: bytes of a non-UTF-8 name as \\xNN escapes."""
     return os.fsencode(path).decode("utf-8", "backslashreplace")
