@@ -73,7 +73,8 @@ class _LoadTasksFn(beam.DoFn):
             "uses_written": loaded.uses_written,
             "records_written": loaded.records_written,
         }})
-        name = f"task-{fingerprint(task.source):016x}-{task.chunks['chunk'][0].as_py():08d}.arrow"
+        first = task.chunks.slice(0, 1).to_pylist()[0]
+        name = f"task-{fingerprint(task.source):016x}-{first['chunk']:08d}-{first['emit_start']:012d}.arrow"
         self._paths.check_live()
         yield from write_spill(f"{self._paths.spill_dir}/{name}", loaded.batches)
         self._records.inc(loaded.records_written)

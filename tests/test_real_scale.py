@@ -315,3 +315,23 @@ def test_relative_and_dotted_inputs_are_one_source(tmp_path, monkeypatch, capsys
     assert cli.main(["count", "data", f"./data/../data/{name}", f"{tmp_path}/data/", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)["summary"]
     assert summary["sources"] == len(os.listdir(data))
+
+
+def test_small_sources_share_a_task_and_a_missing_one_fails_alone(tmp_path):
+    from shardmill.transforms.chunk_loading import load_task
+
+    truth = write_dataset(str(tmp_path), num_archives=0, games_per_archive=0, loose_games=30, bad=False, seed=8)
+    tables = [index_source(str(tmp_path / name), os.path.getsize(tmp_path / name), "scan",
+                           opener=lambda p: open(p, "rb")).table for name in sorted(os.listdir(tmp_path))]
+    plan = make_plan(pa.concat_tables(tables), SamplingParams(seed=1, position_count=2), OutputParams(num_shards=2))
+    assert len(plan.tasks) == 1 and len(set(plan.tasks[0].chunks["source"].to_pylist())) == 30
+    gone = sorted(os.listdir(tmp_path))[5]
+    os.remove(tmp_path / gone)
+    loaded = load_task(plan.tasks[0], opener=lambda p: open(p, "rb"))
+    assert [(os.path.basename(d.path), d.reason) for d in loaded.dead_letters] == [(gone, "unreadable")]
+    assert loaded.chunks_loaded == 29 and loaded.records_written == 29 * 2
+    games = {c.sort_key: c for c in truth.good}
+    for batch in loaded.batches.values():
+        for row in batch.to_pylist():
+            game = games[row["source"]]
+            assert row["frame"] == make_game_records(game.game_seed, game.num_records)[row["position"]].tobytes()

@@ -1,6 +1,6 @@
-"""Stage 4 kernel: read the planned chunks of one source and cut out their records.
+"""Stage 4 kernel: read the planned chunks of a task and cut out their records.
 
-For a ReadTask (chunks of one source in file order) it inflates each chunk,
+For a ReadTask (chunks of one or more sources, each in file order) it inflates each chunk,
 verifies the indexed record count and every record's version, emits the
 positions of every planned use, and gives each emitted record its shard and
 order key. The output is one Arrow RecordBatch per shard (SHUFFLE_SCHEMA).
@@ -116,81 +116,97 @@ def _scatter_chunk(compressed: bytes, row: dict, positions: np.ndarray, dest_row
 def _plan_emissions(rows: list[dict], params, num_shards: int):
     """Every record the task writes (each chunk's emission range), known from the index alone.
 
-    Returns (chunk, use_count, position, order_key, shard, per-chunk emission
-    offsets) with emissions grouped by chunk in task order.
+    Returns (row, chunk, use_count, position, order_key, shard, per-row
+    emission offsets) with emissions grouped by row in task order.
     """
     emitted = [emissions(row["chunk_key"], row["num_records"], params.position_count, params.seed,
                          row["emit_start"], row["emit_stop"]) for row in rows]
     counts = np.array([len(pos) for _, pos in emitted], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(counts)])
-    chunk = np.repeat(np.array([row["chunk"] for row in rows], dtype=np.int32), counts)
-    keys = np.repeat(np.array([row["chunk_key"] for row in rows], dtype=np.uint64), counts)
+    row_of = np.repeat(np.arange(len(rows), dtype=np.int32), counts)
+    chunk = np.array([row["chunk"] for row in rows], dtype=np.int32)[row_of]
+    keys = np.array([row["chunk_key"] for row in rows], dtype=np.uint64)[row_of]
     use = np.concatenate([u for u, _ in emitted]).astype(np.int32)
     pos = np.concatenate([p for _, p in emitted]).astype(np.int64)
     shard, order = shuffle_keys(keys, use, pos, params.seed, num_shards)
-    return chunk, use, pos, order, shard, offsets
+    return row_of, chunk, use, pos, order, shard, offsets
+
+
+def _runs_by_source(rows: list[dict]):
+    """(source, [row indices]) for each run of consecutive rows of one source (tasks keep file order)."""
+    start = 0
+    for end in range(1, len(rows) + 1):
+        if end == len(rows) or rows[end]["source"] != rows[start]["source"]:
+            yield rows[start]["source"], range(start, end)
+            start = end
 
 
 def load_task(task: ReadTask, opener: Opener = default_opener, threads: int = INFLATE_THREADS) -> LoadedTask:
-    """Reads a task's chunks in file order; bad chunks become dead letters (stage 'load').
+    """Reads a task's chunks in file order, source after source; bad chunks become dead letters ('load').
 
     Every emitted record's shard and row are planned first, so each chunk's
     records go straight to their row of one frame array in shard order.
     Compressed bytes are read sequentially; inflating and scattering run on
     `threads` threads, at most 2 * threads chunks ahead.
     """
-    dead: list[DeadLetter] = []
     rows = task.chunks.to_pylist()
     if not rows:
-        return LoadedTask({}, dead)
-    by_chunk = {row["chunk"]: row for row in rows}
+        return LoadedTask({}, [])
     record_size = rows[0]["record_size"]
     if any(row["record_size"] != record_size for row in rows):
         raise ValueError(f"read task for {task.source} mixes record sizes")  # the plan keeps one version
-    chunk, use, pos, order, shard, offsets = _plan_emissions(rows, task.params, task.num_shards)
+    row_of, chunk, use, pos, order, shard, offsets = _plan_emissions(rows, task.params, task.num_shards)
     by_shard = np.argsort(shard, kind="stable")
     dest = np.empty_like(by_shard)
     dest[by_shard] = np.arange(len(by_shard))  # emission i goes to row dest[i]
     frame = np.empty((len(by_shard), record_size), dtype=np.uint8)
     failed = np.zeros(len(rows), dtype=bool)
-    pending: collections.deque = collections.deque()  # (chunk index, future) in file order
+    dead: list[tuple[int, DeadLetter]] = []  # (row index, dead letter)
+    pending: collections.deque = collections.deque()  # (row index, future) in file order
+
+    def fail(i: int, reason: str, detail: str) -> None:
+        failed[i] = True
+        dead.append((i, DeadLetter(rows[i]["source"], "load", reason, detail, rows[i]["member"], rows[i]["chunk"])))
 
     def collect_oldest():
         i, future = pending.popleft()
         try:
             future.result()
         except ChunkError as err:
-            failed[i] = True
-            dead.append(DeadLetter(task.source, "load", err.reason, err.detail, rows[i]["member"], rows[i]["chunk"]))
+            fail(i, err.reason, err.detail)
 
-    read = 0
     with concurrent.futures.ThreadPoolExecutor(max(1, threads)) as pool:
-        try:
-            with opener(task.source) as fileobj:
-                for i, row in enumerate(rows):
-                    fileobj.seek(row["offset"])
-                    compressed = fileobj.read(row["length"])
-                    read += 1
-                    lo, hi = offsets[i], offsets[i + 1]
-                    pending.append((i, pool.submit(_scatter_chunk, compressed, row, pos[lo:hi], dest[lo:hi], frame,
-                                                           task.max_chunk_bytes)))
-                    if len(pending) > 2 * threads:
-                        collect_oldest()
-        except OSError as err:  # opening or reading failed: the chunks not yet read are unreadable
-            failed[read:] = True
-            for row in rows[read:]:
-                dead.append(DeadLetter(task.source, "load", "unreadable", str(err), row["member"], row["chunk"]))
+        for source, indices in _runs_by_source(rows):
+            read = indices.start
+            try:
+                with opener(source) as fileobj:
+                    for i in indices:
+                        row = rows[i]
+                        fileobj.seek(row["offset"])
+                        compressed = fileobj.read(row["length"])
+                        read = i + 1
+                        lo, hi = offsets[i], offsets[i + 1]
+                        pending.append((i, pool.submit(_scatter_chunk, compressed, row, pos[lo:hi], dest[lo:hi],
+                                                       frame, task.max_chunk_bytes)))
+                        if len(pending) > 2 * threads:
+                            collect_oldest()
+            except OSError as err:  # opening or reading failed: the source's chunks not yet read are unreadable
+                for i in range(read, indices.stop):
+                    fail(i, "unreadable", str(err))
         while pending:
             collect_oldest()
     # Columns in shard order; rows of failed chunks (never written) are dropped.
-    keep = ~np.repeat(failed, np.diff(offsets))[by_shard]
+    keep = ~failed[row_of][by_shard]
     if not keep.all():
         frame = frame[keep]
     by_shard = by_shard[keep]
-    chunk, use, pos, order = chunk[by_shard], use[by_shard], pos[by_shard], order[by_shard]
+    row_of, chunk, use, pos, order = row_of[by_shard], chunk[by_shard], use[by_shard], pos[by_shard], order[by_shard]
     bounds = np.searchsorted(shard[by_shard], np.arange(task.num_shards + 1))
     schema = shuffle_schema(record_size)
-    source = pa.array([rows[0]["sort_key"]])  # one source per task
+    sort_keys, key_of_row = np.unique(np.array([row["sort_key"] for row in rows], dtype=object).astype(str),
+                                      return_inverse=True)
+    sort_keys = pa.array(sort_keys.tolist(), pa.string())
+    key_of_row = key_of_row.reshape(-1).astype(np.int32)
     batches = {}
     for s in range(task.num_shards):
         lo, hi = bounds[s], bounds[s + 1]
@@ -200,7 +216,7 @@ def load_task(task: ReadTask, opener: Opener = default_opener, threads: int = IN
             [
                 pa.FixedSizeBinaryArray.from_buffers(schema.field("frame").type, int(hi - lo),
                                                      [None, pa.py_buffer(frame[lo:hi])]),
-                pa.DictionaryArray.from_arrays(np.zeros(hi - lo, dtype=np.int32), source).cast(pa.string()),
+                pa.DictionaryArray.from_arrays(key_of_row[row_of[lo:hi]], sort_keys).cast(pa.string()),
                 pa.array(chunk[lo:hi]),
                 pa.array(use[lo:hi]),
                 pa.array(pos[lo:hi].astype(np.int32)),
@@ -214,8 +230,8 @@ def load_task(task: ReadTask, opener: Opener = default_opener, threads: int = IN
     loaded = int((~failed & first_part).sum())
     uses_written = sum(_uses_starting_in(row, task.params.position_count) for row, bad in zip(rows, failed)
                        if not bad)
-    dead = [d for d, row in ((d, by_chunk[d.chunk]) for d in dead) if row["emit_start"] == 0]
-    return LoadedTask(batches, dead, loaded, uses_written, len(frame))
+    reported = [d for i, d in dead if first_part[i]]
+    return LoadedTask(batches, reported, loaded, uses_written, len(frame))
 
 
 def _uses_starting_in(row: dict, position_count: int) -> int:

@@ -58,7 +58,7 @@ class PlanError(ValueError):
 
 @dataclasses.dataclass
 class ReadTask:
-    """Stage-4 work item: chunks of one source to read, in file order.
+    """Stage-4 work item: chunks to read, by source and in file order (source: the first one's).
 
     chunks: index columns + chunk_key, num_uses, emit_start, emit_stop: the
     task writes emissions [emit_start, emit_stop) of each chunk (a chunk's
@@ -268,15 +268,16 @@ def num_shards_for(records_planned: int, record_size: int, output: OutputParams)
 
 def read_tasks(used: pa.Table, params: SamplingParams, num_shards: int, max_task_bytes: int,
                max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES) -> list[ReadTask]:
-    """Used chunks grouped per source in file order, cut into tasks of at most max_task_bytes of output.
+    """Used chunks in (source, file offset) order, cut into tasks of at most max_task_bytes of output.
 
-    A chunk whose own output is larger is split by ranges of its emissions;
-    every task's table is a copy holding only its rows.
+    Small sources share a task (a task per loose game would cost a Beam
+    element and a spill file each); a chunk with more output than a task is
+    split by ranges of its emissions. Every task's table is a copy holding
+    only its rows.
     """
     if used.num_rows == 0:
         return []
     used = used.sort_by([("source", "ascending"), ("offset", "ascending")])
-    sources = used["source"].to_numpy(zero_copy_only=False)
     planned = used["planned_records"].to_numpy()
     record_size = int(used["record_size"][0].as_py())
     per_task = max(1, max_task_bytes // record_size)  # emissions per task
@@ -292,12 +293,10 @@ def read_tasks(used: pa.Table, params: SamplingParams, num_shards: int, max_task
             chunk_rows = used.take(pa.array(rows, pa.int64()))  # take copies: no parent buffers
             chunk_rows = chunk_rows.append_column("emit_start", pa.array(starts, pa.int64()))
             chunk_rows = chunk_rows.append_column("emit_stop", pa.array(stops, pa.int64()))
-            tasks.append(ReadTask(str(sources[rows[0]]), chunk_rows, params, num_shards, max_chunk_bytes))
+            tasks.append(ReadTask(str(chunk_rows["source"][0]), chunk_rows, params, num_shards, max_chunk_bytes))
         rows, starts, stops, budget = [], [], [], per_task
 
     for i in range(used.num_rows):
-        if rows and sources[i] != sources[rows[0]]:
-            flush()
         start, total = 0, int(planned[i])
         while start < total:
             take = min(budget, total - start)
