@@ -3,10 +3,11 @@
 The C++ core (shard_reader.cc) decodes Parquet row groups on background
 threads with the GIL released; the same threads copy each window's rows
 into epoch order ahead of the consumer, and a batch's arrays are views of
-those rows (no copy; only a batch that spans two windows is copied). This
-module reads and checks the manifest (with pyarrow.fs, so local paths and
-Arrow URIs such as gs:// and s3:// work, and without importing Beam, which
-would cost a second at start-up) and keeps the checkpoint state.
+those rows (no copy; only a batch that spans two windows is copied). The
+dataset is checked as untrusted input first (dataset.py: the manifest, every
+shard path and footer; local paths as users write them and Arrow URIs such
+as gs:// and s3://, without importing Beam); this module keeps the
+checkpoint state.
 
 Order (per epoch, from (seed, epoch) only): a Feistel permutation of all row
 groups, cut into windows of `window_row_groups` row groups whose rows are
@@ -31,75 +32,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import posixpath
 from typing import Iterator, Sequence
 
 import numpy as np
-import pyarrow.fs as pafs
 
 from shardmill.native_ext._native import NativeError, NativeReader
-from shardmill.transforms.output_contract import LEGACY_MANIFEST_NAME, MANIFEST_NAME, READABLE_FORMAT_VERSIONS
+from shardmill.native_ext.dataset import OutputError, load_manifest, open_dataset  # noqa: F401  (re-exported)
 
 STATE_VERSION = 2  # 2: Feistel halves fit odd bit widths (other orders than 1)
-
-
-class OutputError(ValueError):
-    """A directory that is not a complete, consistent shardmill output."""
-
-
-def _filesystem(path: str) -> tuple[pafs.FileSystem, str]:
-    try:
-        return pafs.FileSystem.from_uri(path)
-    except (ValueError, TypeError):
-        return pafs.LocalFileSystem(), path
-
-
-def load_manifest(path: str, verify_checksums: bool = False) -> dict:
-    """The manifest of an output directory, after checking every shard against it.
-
-    Checks each shard exists with the manifest's byte size (one listing per
-    shard); with verify_checksums also its SHA-256 (reads every byte). Row and
-    row-group counts are checked when the reader opens each shard's footer.
-    Raises OutputError naming the file and what is wrong.
-    """
-    fs, base = _filesystem(path)
-    manifest, manifest_path = None, posixpath.join(base, MANIFEST_NAME)
-    for name in (MANIFEST_NAME, LEGACY_MANIFEST_NAME):
-        manifest_path = posixpath.join(base, name)
-        try:
-            with fs.open_input_stream(manifest_path) as f:
-                manifest = json.loads(f.read())
-            break
-        except FileNotFoundError:
-            continue
-        except ValueError as err:
-            raise OutputError(f"{manifest_path}: not valid JSON ({err})") from None
-    if manifest is None:
-        raise OutputError(f"{path!r} has no {MANIFEST_NAME}: not a finished shardmill output") from None
-    if manifest.get("format_version") not in READABLE_FORMAT_VERSIONS:
-        raise OutputError(f"{manifest_path}: format_version {manifest.get('format_version')!r}, "
-                          f"this reader reads {', '.join(map(str, READABLE_FORMAT_VERSIONS))}")
-    for shard in manifest["shards"]:
-        shard_path = posixpath.join(base, shard["path"])
-        info = fs.get_file_info(shard_path)
-        if info.type != pafs.FileType.File:
-            raise OutputError(f"shard {shard_path} is missing")
-        if info.size != shard["bytes"]:
-            raise OutputError(f"shard {shard_path} has {info.size} bytes, the manifest says {shard['bytes']}")
-        if sum(shard["row_groups"]) != shard["rows"]:
-            raise OutputError(f"{manifest_path}: row groups of {shard['path']} do not add up to its rows")
-        if verify_checksums:
-            digest = hashlib.sha256()
-            with fs.open_input_stream(shard_path) as f:
-                while block := f.read(8 << 20):
-                    digest.update(block)
-            if digest.hexdigest() != shard["sha256"]:
-                raise OutputError(f"shard {shard_path}: SHA-256 differs from the manifest's")
-    return manifest
-
-
-def _shard_uri(path: str, shard: str) -> str:
-    return path.rstrip("/") + "/" + shard
 
 
 class ShardReader:
@@ -149,7 +89,8 @@ class ShardReader:
         verify_checksums: bool = False,
         state: bytes | None = None,
     ):
-        self._manifest = load_manifest(path, verify_checksums)
+        dataset = open_dataset(path, verify_checksums)
+        self._manifest = dataset.manifest
         self._settings = {
             "dataset": self._dataset_fingerprint(),
             "batch_size": int(batch_size),
@@ -163,7 +104,8 @@ class ShardReader:
             "drop_remainder": bool(drop_remainder),
         }
         start_epoch, start_position = self._resume_point(state)
-        shards = [(_shard_uri(path, s["path"]), list(s["row_groups"])) for s in self._manifest["shards"]]
+        shards = [(shard_path, list(s["row_groups"]))
+                  for shard_path, s in zip(dataset.shard_paths, self._manifest["shards"])]
         s = self._settings
         try:
             self._native = NativeReader(

@@ -1,0 +1,220 @@
+"""An output directory as untrusted input: where it is, its manifest checked, its shards resolved.
+
+A dataset may come from anyone, so nothing in it is believed before it is
+checked: the manifest's types, ranges and sums; every shard path (relative,
+normalised, inside the directory — on a local disk also after following
+links — and a regular file, so a FIFO is never opened); and every shard's
+row and row-group counts against its own Parquet footer. Only then does the
+native reader see a number from it. One resolver gives the path that is
+checksummed and the path that is read. Every failure is an OutputError
+naming the file and the field.
+
+Paths are taken as users write them: relative, `./x`, `x/`, `~/x`, and URIs
+(`file://`, `gs://`, `s3://`, anything pyarrow.fs knows).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import posixpath
+import re
+import stat
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from shardmill.transforms.output_contract import LEGACY_MANIFEST_NAME, MANIFEST_NAME, READABLE_FORMAT_VERSIONS
+
+MAX_SHARDS = 1_000_000
+MAX_ROW_GROUPS_PER_SHARD = 1_000_000
+MAX_ROWS = 1 << 48  # far beyond any dataset; keeps every count exact in int64 arithmetic
+MAX_MANIFEST_BYTES = 1 << 30
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+class OutputError(ValueError):
+    """A directory that is not a complete, consistent shardmill output."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+    """A checked output directory: its manifest and, per shard, the path the native reader opens."""
+
+    location: str  # as the native reader takes it: an absolute local path or a URI
+    manifest: dict
+    shard_paths: list[str]
+
+
+def locate(path: str) -> tuple[pafs.FileSystem, str, str]:
+    """(filesystem, base path on it, location for the native reader) of a directory path or URI."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise OutputError(f"dataset path must be a string, got {type(path).__name__}")
+    path = os.fspath(path)
+    if "://" in path and not path.startswith("file://"):
+        try:
+            fs, base = pafs.FileSystem.from_uri(path)
+        except (ValueError, TypeError, OSError, pa.ArrowException) as err:
+            raise OutputError(f"{path!r}: not a dataset location ({err})") from None
+        return fs, base.rstrip("/"), path.rstrip("/")
+    if path.startswith("file://"):
+        path = path[len("file://"):]
+    base = os.path.abspath(os.path.expanduser(path))
+    return pafs.LocalFileSystem(), base, base
+
+
+def _fail(where: str, what: str) -> OutputError:
+    return OutputError(f"{where}: {what}")
+
+
+def _integer(value, where: str, field: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(where, f"{field} must be an integer, got {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise _fail(where, f"{field} {value} is outside {lo}..{hi}")
+    return value
+
+
+def _read_manifest(fs: pafs.FileSystem, base: str, shown: str) -> tuple[dict, str]:
+    for name in (MANIFEST_NAME, LEGACY_MANIFEST_NAME):
+        manifest_path = posixpath.join(base, name)
+        try:
+            info = fs.get_file_info(manifest_path)
+            if info.type == pafs.FileType.NotFound:
+                continue
+            if info.type != pafs.FileType.File:
+                raise _fail(manifest_path, "not a regular file")
+            if info.size is not None and info.size > MAX_MANIFEST_BYTES:
+                raise _fail(manifest_path, f"{info.size} bytes, more than a manifest can be")
+            with fs.open_input_stream(manifest_path) as f:
+                data = f.read()
+        except (OSError, pa.ArrowException) as err:
+            raise _fail(manifest_path, f"cannot be read ({err})") from None
+        try:
+            manifest = json.loads(data)
+        except (ValueError, RecursionError) as err:
+            raise _fail(manifest_path, f"not valid JSON ({str(err)[:200]})") from None
+        if not isinstance(manifest, dict):
+            raise _fail(manifest_path, f"must be a JSON object, got {type(manifest).__name__}")
+        return manifest, manifest_path
+    raise OutputError(f"{shown!r} has no {MANIFEST_NAME}: not a finished shardmill output")
+
+
+def _check_shard_entry(shard, index: int, manifest_path: str) -> None:
+    where = f"{manifest_path}: shards[{index}]"
+    if not isinstance(shard, dict):
+        raise _fail(where, f"must be an object, got {type(shard).__name__}")
+    for field in ("path", "rows", "row_groups", "bytes", "sha256"):
+        if field not in shard:
+            raise _fail(where, f"has no {field!r}")
+    rows = _integer(shard["rows"], where, "rows", 0, MAX_ROWS)
+    groups = shard["row_groups"]
+    if not isinstance(groups, list) or len(groups) > MAX_ROW_GROUPS_PER_SHARD:
+        raise _fail(where, f"row_groups must be a list of at most {MAX_ROW_GROUPS_PER_SHARD} counts")
+    for g, count in enumerate(groups):
+        _integer(count, where, f"row_groups[{g}]", 0, MAX_ROWS)
+    if sum(groups) != rows:
+        raise _fail(where, f"row_groups add up to {sum(groups)}, rows says {rows}")
+    _integer(shard["bytes"], where, "bytes", 0, 1 << 60)
+    if not isinstance(shard["sha256"], str) or not SHA256_RE.match(shard["sha256"]):
+        raise _fail(where, "sha256 must be 64 lowercase hex digits")
+
+
+def check_manifest(manifest: dict, manifest_path: str) -> None:
+    """Types, ranges and sums of everything the reader uses; OutputError naming the field."""
+    version = manifest.get("format_version")
+    if isinstance(version, bool) or version not in READABLE_FORMAT_VERSIONS:
+        raise _fail(manifest_path, f"format_version {version!r}, this reader reads "
+                                   f"{', '.join(map(str, READABLE_FORMAT_VERSIONS))}")
+    shards = manifest.get("shards")
+    if not isinstance(shards, list) or not 1 <= len(shards) <= MAX_SHARDS:
+        raise _fail(manifest_path, f"shards must be a list of 1..{MAX_SHARDS} entries")
+    if "num_shards" in manifest and manifest["num_shards"] != len(shards):
+        raise _fail(manifest_path, f"num_shards {manifest['num_shards']!r} but {len(shards)} shards are listed")
+    for i, shard in enumerate(shards):
+        _check_shard_entry(shard, i, manifest_path)
+    if sum(s["rows"] for s in shards) > MAX_ROWS:
+        raise _fail(manifest_path, "rows add up to more than a dataset can hold")
+    paths = [s["path"] for s in shards]
+    if len(set(map(str, paths))) != len(paths):
+        raise _fail(manifest_path, "two shards have the same path")
+
+
+def _resolve_shard(fs: pafs.FileSystem, base: str, location: str, relative, where: str) -> tuple[str, str]:
+    """(path on fs, path or URI for the native reader) of a shard; OutputError unless it is inside the dataset."""
+    if not isinstance(relative, str) or not relative:
+        raise _fail(where, "path must be a non-empty string")
+    parts = relative.split("/")
+    if (relative.startswith("/") or "\\" in relative or "://" in relative or "\0" in relative
+            or any(part in ("", ".", "..") for part in parts)):
+        raise _fail(where, f"path {relative!r} must be relative and normalised, inside the dataset directory")
+    on_fs = posixpath.join(base, relative)
+    if isinstance(fs, pafs.LocalFileSystem):
+        real_base, real = os.path.realpath(base), os.path.realpath(on_fs)
+        if os.path.commonpath([real_base, real]) != real_base:
+            raise _fail(where, f"path {relative!r} leads outside the dataset directory (through a link)")
+        try:
+            mode = os.stat(real).st_mode
+        except OSError:
+            raise _fail(where, f"shard {on_fs} is missing") from None
+        if not stat.S_ISREG(mode):
+            raise _fail(where, f"shard {on_fs} is not a regular file")
+        return on_fs, on_fs
+    return on_fs, location.rstrip("/") + "/" + relative
+
+
+def _check_footer(fs: pafs.FileSystem, path: str, shard: dict, where: str) -> None:
+    try:
+        with fs.open_input_file(path) as f:
+            metadata = pq.ParquetFile(f).metadata
+            counts = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+    except (OSError, pa.ArrowException, ValueError) as err:
+        raise _fail(where, f"shard {path} has no readable Parquet footer ({err})") from None
+    if counts != shard["row_groups"]:
+        raise _fail(where, f"shard {path} has {len(counts)} row groups, the manifest says "
+                           f"{len(shard['row_groups'])} (footer: {sum(counts)} rows, manifest: {shard['rows']}; "
+                           "the row-group sizes differ)")
+
+
+def open_dataset(path: str, verify_checksums: bool = False, check_footers: bool = True) -> Dataset:
+    """The checked dataset at path (see the module doc); OutputError naming the file and field.
+
+    verify_checksums also reads every byte of every shard for its SHA-256.
+    """
+    fs, base, location = locate(path)
+    manifest, manifest_path = _read_manifest(fs, base, os.fspath(path))
+    check_manifest(manifest, manifest_path)
+    shard_paths = []
+    for i, shard in enumerate(manifest["shards"]):
+        where = f"{manifest_path}: shards[{i}]"
+        on_fs, for_reader = _resolve_shard(fs, base, location, shard["path"], where)
+        try:
+            info = fs.get_file_info(on_fs)
+        except (OSError, pa.ArrowException) as err:
+            raise _fail(where, f"shard {on_fs} cannot be read ({err})") from None
+        if info.type != pafs.FileType.File:
+            raise OutputError(f"shard {on_fs} is missing")
+        if info.size != shard["bytes"]:
+            raise OutputError(f"shard {on_fs} has {info.size} bytes, the manifest says {shard['bytes']}")
+        if verify_checksums:
+            digest = hashlib.sha256()
+            try:
+                with fs.open_input_stream(on_fs) as f:
+                    while block := f.read(8 << 20):
+                        digest.update(block)
+            except (OSError, pa.ArrowException) as err:
+                raise _fail(where, f"shard {on_fs} cannot be read ({err})") from None
+            if digest.hexdigest() != shard["sha256"]:
+                raise OutputError(f"shard {on_fs}: SHA-256 differs from the manifest's")
+        if check_footers:
+            _check_footer(fs, on_fs, shard, where)
+        shard_paths.append(for_reader)
+    return Dataset(location, manifest, shard_paths)
+
+
+def load_manifest(path: str, verify_checksums: bool = False) -> dict:
+    """The manifest of an output directory, after checking it and every shard against it."""
+    return open_dataset(path, verify_checksums).manifest
