@@ -166,24 +166,46 @@ def _resolve_shard(fs: pafs.FileSystem, base: str, location: str, relative, wher
     return on_fs, location.rstrip("/") + "/" + relative
 
 
-def _check_footer(fs: pafs.FileSystem, path: str, shard: dict, where: str) -> None:
+def servable(type_: pa.DataType) -> bool:
+    """Column types the native reader serves: fixed_size_binary and fixed-width integers and floats."""
+    return (pa.types.is_fixed_size_binary(type_) or pa.types.is_integer(type_)
+            or pa.types.is_float32(type_) or pa.types.is_float64(type_))
+
+
+def _check_footer(fs: pafs.FileSystem, path: str, shard: dict, where: str, columns, first_schema):
+    """Checks a shard's footer against the manifest and the columns to read; returns its schema."""
     try:
         with fs.open_input_file(path) as f:
-            metadata = pq.ParquetFile(f).metadata
+            parquet = pq.ParquetFile(f)
+            metadata, schema = parquet.metadata, parquet.schema_arrow
             counts = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
     except (OSError, pa.ArrowException, ValueError) as err:
         raise _fail(where, f"shard {path} has no readable Parquet footer ({err})") from None
+    for name in columns or ():
+        if name not in schema.names:
+            raise OutputError(f"shard {path} has no column {name!r} (columns: {', '.join(schema.names)})")
+        type_ = schema.field(name).type
+        if not servable(type_):
+            raise OutputError(f"shard {path}: column {name!r} is {type_}; the reader serves fixed_size_binary "
+                              "and fixed-width integer and float32/float64 columns")
+        if first_schema is not None and first_schema.field(name).type != type_:
+            raise OutputError(f"shard {path}: column {name!r} is {type_}, but {first_schema.field(name).type} "
+                              "in the first shard")
     if counts != shard["row_groups"]:
         raise _fail(where, f"shard {path} has {len(counts)} row groups, the manifest says "
                            f"{len(shard['row_groups'])} (footer: {sum(counts)} rows, manifest: {shard['rows']}; "
                            "the row-group sizes differ)")
+    return schema
 
 
-def open_dataset(path: str, verify_checksums: bool = False, check_footers: bool = True) -> Dataset:
+def open_dataset(path: str, verify_checksums: bool = False, columns=None) -> Dataset:
     """The checked dataset at path (see the module doc); OutputError naming the file and field.
 
     verify_checksums also reads every byte of every shard for its SHA-256.
+    columns: names to be read; each must exist in every shard with one type
+    the reader serves (checked from the footers, before any read).
     """
+    first_schema = None
     fs, base, location = locate(path)
     manifest, manifest_path = _read_manifest(fs, base, os.fspath(path))
     check_manifest(manifest, manifest_path)
@@ -209,8 +231,8 @@ def open_dataset(path: str, verify_checksums: bool = False, check_footers: bool 
                 raise _fail(where, f"shard {on_fs} cannot be read ({err})") from None
             if digest.hexdigest() != shard["sha256"]:
                 raise OutputError(f"shard {on_fs}: SHA-256 differs from the manifest's")
-        if check_footers:
-            _check_footer(fs, on_fs, shard, where)
+        schema = _check_footer(fs, on_fs, shard, where, columns, first_schema)
+        first_schema = first_schema or schema
         shard_paths.append(for_reader)
     return Dataset(location, manifest, shard_paths)
 

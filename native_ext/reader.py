@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -40,6 +41,7 @@ from shardmill.native_ext._native import NativeError, NativeReader
 from shardmill.native_ext.dataset import OutputError, load_manifest, open_dataset  # noqa: F401  (re-exported)
 
 STATE_VERSION = 2  # 2: Feistel halves fit odd bit widths (other orders than 1)
+MAX_EPOCH = 1 << 40  # of an unbounded reader's state: far beyond any run, far from overflow
 
 
 class ShardReader:
@@ -68,7 +70,13 @@ class ShardReader:
       verify_checksums: check every shard's SHA-256 before starting (reads
         every byte). Parquet pages carry no checksums by default, so bytes
         corrupted inside compressed data can decode to wrong values silently.
-      state: a value from state() to resume exactly where it was taken.
+      state: a value from state() to resume exactly where it was taken
+        (validated: settings, dataset and ranges; ValueError otherwise).
+
+    Threads: a reader may be shared; next() and state() calls are serialised,
+    so each caller gets whole, distinct batches. Columns are checked against
+    every shard's footer at construction: a missing column or a type the
+    reader does not serve (e.g. float16) is an OutputError naming both.
     """
 
     def __init__(
@@ -89,7 +97,9 @@ class ShardReader:
         verify_checksums: bool = False,
         state: bytes | None = None,
     ):
-        dataset = open_dataset(path, verify_checksums)
+        if isinstance(columns, str):
+            raise TypeError("columns must be a sequence of column names, not a string")
+        dataset = open_dataset(path, verify_checksums, columns=list(columns))
         self._manifest = dataset.manifest
         self._settings = {
             "dataset": self._dataset_fingerprint(),
@@ -115,6 +125,9 @@ class ShardReader:
             )
         except NativeError as err:
             raise OutputError(str(err)) from None
+        # One consumer at a time: concurrent next() calls are serialised, so threads sharing a
+        # reader each get whole, distinct batches (no row twice, none lost).
+        self._lock = threading.Lock()
 
     def _dataset_fingerprint(self) -> str:
         digest = hashlib.sha256()
@@ -134,12 +147,20 @@ class ShardReader:
         differing = [k for k, v in self._settings.items() if saved.get(k) != v]
         if differing:
             raise ValueError(f"state was taken with other settings: {', '.join(differing)}")
-        return int(saved["epoch"]), int(saved["position"])
+        epoch, position = saved.get("epoch"), saved.get("position")
+        total_rows = sum(s["rows"] for s in self._manifest["shards"])
+        last_epoch = self._settings["num_epochs"] or MAX_EPOCH
+        for name, value, hi in (("epoch", epoch, last_epoch), ("position", position, total_rows)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= hi:
+                raise ValueError(f"state field {name} {value!r} is outside 0..{hi}")
+        return epoch, position
 
     def state(self) -> bytes:
         """A small serialisable checkpoint: a reader built with it continues exactly here."""
-        return json.dumps({"v": STATE_VERSION, **self._settings, "epoch": self._native.epoch,
-                           "position": self._native.position}, separators=(",", ":")).encode()
+        with self._lock:
+            epoch, position = self._native.epoch, self._native.position
+        return json.dumps({"v": STATE_VERSION, **self._settings, "epoch": epoch, "position": position},
+                          separators=(",", ":")).encode()
 
     @property
     def rows_per_epoch(self) -> int:
@@ -155,7 +176,8 @@ class ShardReader:
 
     def __next__(self) -> dict:
         try:
-            batch = self._native.next_batch()
+            with self._lock:
+                batch = self._native.next_batch()
         except NativeError as err:
             raise OutputError(str(err)) from None
         if batch is None:

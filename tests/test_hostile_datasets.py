@@ -206,3 +206,49 @@ def test_bounded_random_fuzz_of_manifests_and_shard_bytes(dataset, tmp_path):
         assert outcome.get("error") in (None, "OutputError"), (name, outcome)
         if name.endswith(("value", "drop")):
             assert "rows" in outcome or outcome.get("error") == "OutputError"
+
+
+def test_an_unsupported_column_type_is_refused_at_construction_naming_it(tmp_path):
+    from shardmill.native_ext import OutputError
+
+    directory = tmp_path / "half"
+    write_output(str(directory), [40, 30], row_group_rows=16, width=8, extra_columns={"score": "float16"})
+    with pytest.raises(OutputError, match="column 'score' is halffloat"):
+        ShardReader(str(directory), columns=["frame", "score"])
+    with pytest.raises(OutputError, match="has no column 'nope'"):
+        ShardReader(str(directory), columns=["nope"])
+    with ShardReader(str(directory), columns=["frame"]) as reader:  # the other columns still serve
+        assert sum(len(b["frame"]) for b in reader) == 70
+
+
+def test_threads_sharing_a_reader_get_every_row_exactly_once(dataset):
+    import threading
+
+    reader = ShardReader(str(dataset), batch_size=7, columns=["id"], seed=2, num_threads=2)
+    seen, errors = [], []
+
+    def consume():
+        try:
+            for batch in reader:
+                seen.extend(int(i) for i in batch["id"])
+        except Exception as err:  # noqa: BLE001 - any failure is the finding
+            errors.append(err)
+
+    threads = [threading.Thread(target=consume) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    reader.close()
+    assert not errors and sorted(seen) == list(range(310))
+
+
+@pytest.mark.parametrize("field,value", [("epoch", 2**63 - 1), ("epoch", -1), ("position", 10**9),
+                                         ("position", "3"), ("epoch", True)])
+def test_a_tampered_state_is_refused(dataset, field, value):
+    with ShardReader(str(dataset), batch_size=16, columns=["id"], num_epochs=None) as reader:
+        next(reader)
+        state = json.loads(reader.state())
+    state[field] = value
+    with pytest.raises(ValueError, match=f"state field {field}"):
+        ShardReader(str(dataset), batch_size=16, columns=["id"], num_epochs=None, state=json.dumps(state).encode())
