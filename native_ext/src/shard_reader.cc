@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #endif
@@ -208,6 +209,20 @@ struct ShardReader::WindowSlot {
 
 namespace {
 
+// Runs one step of a decode thread. An exception escaping a thread would end
+// the process (std::terminate); here it becomes the Status of the window the
+// step belongs to, which the consumer raises for the batch that needs it.
+template <typename Step>
+arrow::Status StatusOfCall(Step&& step) {
+  try {
+    return step();
+  } catch (const std::bad_alloc&) {
+    return arrow::Status::OutOfMemory("a decode thread could not allocate memory");
+  } catch (const std::exception& e) {
+    return arrow::Status::UnknownError("a decode thread failed: ", e.what());
+  }
+}
+
 arrow::Result<ColumnSpec> SpecOf(const arrow::Schema& schema, const std::string& name, const std::string& path) {
   auto field = schema.GetFieldByName(name);
   if (!field) {
@@ -219,7 +234,8 @@ arrow::Result<ColumnSpec> SpecOf(const arrow::Schema& schema, const std::string&
   if (type->id() == arrow::Type::FIXED_SIZE_BINARY) {
     return ColumnSpec{name, type, static_cast<const arrow::FixedSizeBinaryType&>(*type).byte_width()};
   }
-  if (arrow::is_integer(type->id()) || arrow::is_floating(type->id())) {
+  // float16 has no page reader here and no numpy twin the batch could use: refused up front.
+  if (arrow::is_integer(type->id()) || type->id() == arrow::Type::FLOAT || type->id() == arrow::Type::DOUBLE) {
     return ColumnSpec{name, type, type->byte_width()};
   }
   return arrow::Status::NotImplemented("column '", name, "' is ", type->ToString(),
@@ -378,8 +394,12 @@ void ShardReader::WorkerLoop() {
     }
     WindowSlot& slot = *task.slot;
     if (task.arrange) {
-      ArrangePart(slot, task.index);  // the decoded groups are immutable by now
+      const arrow::Status arranged = StatusOfCall([&] {  // the decoded groups are immutable by now
+        ArrangePart(slot, task.index);
+        return arrow::Status::OK();
+      });
       std::lock_guard<std::mutex> lock(mutex_);
+      if (!arranged.ok() && slot.status.ok()) slot.status = arranged;
       slot.part_done[static_cast<size_t>(task.index)] = 1;
       if (--slot.arrange_pending == 0) slot.groups.clear();
       group_done_.notify_all();
@@ -388,11 +408,12 @@ void ShardReader::WorkerLoop() {
     arrow::Status status;
     std::shared_ptr<DecodedGroup> decoded;
     if (ScatterRows()) {
-      status = ScatterGroup(slot, task.index, &handles);
+      status = StatusOfCall([&] { return ScatterGroup(slot, task.index, &handles); });
     } else {
-      auto result = Decode(slot.layout.row_groups()[task.index], &handles);
-      if (result.ok()) decoded = std::move(result).MoveValueUnsafe();
-      status = result.status();
+      status = StatusOfCall([&] {
+        ARROW_ASSIGN_OR_RAISE(decoded, Decode(slot.layout.row_groups()[task.index], &handles));
+        return arrow::Status::OK();
+      });
     }
     bool schedule_arrange = false;
     {
