@@ -252,3 +252,30 @@ def test_a_tampered_state_is_refused(dataset, field, value):
     state[field] = value
     with pytest.raises(ValueError, match=f"state field {field}"):
         ShardReader(str(dataset), batch_size=16, columns=["id"], num_epochs=None, state=json.dumps(state).encode())
+
+
+NATIVE_RUNNER = textwrap.dedent("""
+    import json, sys
+    from shardmill.native_ext._native import NativeError, NativeReader
+    paths, groups = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+    try:
+        reader = NativeReader(list(zip(paths, groups)), ["frame"], 64, False, 0, 1, 1, 0, True, 8, 2, 2, 0, 0)
+        while reader.next_batch() is not None:
+            pass
+        print("read")
+    except NativeError as err:
+        print("NativeError", err)
+""")
+
+
+@pytest.mark.parametrize("damage", ["negative", "huge", "more groups"])
+def test_the_native_layer_alone_refuses_hostile_row_group_counts_without_aborting(dataset, damage):
+    manifest = json.loads((dataset / "_manifest.json").read_text())
+    paths = [str(dataset / s["path"]) for s in manifest["shards"]]
+    groups = [s["row_groups"] for s in manifest["shards"]]
+    groups[1] = {"negative": groups[1][:-1] + [-4], "huge": [2**31],
+                 "more groups": groups[1] + [2**47] * 3}[damage]
+    done = subprocess.run([sys.executable, "-c", NATIVE_RUNNER, json.dumps(paths), json.dumps(groups)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("NativeError") and "g000001-shard-00001" in done.stdout

@@ -209,6 +209,10 @@ struct ShardReader::WindowSlot {
 
 namespace {
 
+// Bounds on numbers read from a manifest (the Python layer checks the same, and the footers).
+constexpr int64_t kMaxRows = int64_t{1} << 48;
+constexpr int64_t kMaxRowGroupsPerShard = 1'000'000;
+
 // Runs one step of a decode thread. An exception escaping a thread would end
 // the process (std::terminate); here it becomes the Status of the window the
 // step belongs to, which the consumer raises for the batch that needs it.
@@ -268,6 +272,22 @@ arrow::Status ShardReader::Init() {
   if (o.num_threads < 1) return arrow::Status::Invalid("num_threads must be >= 1");
   if (o.prefetch_windows < 0) return arrow::Status::Invalid("prefetch_windows must be >= 0");
 
+  // Row-group counts come from a manifest, which anyone may have written: check them before
+  // anything is sized from them (a shard's footer is compared with them when it is opened).
+  int64_t total_rows = 0;
+  for (const auto& shard : o.shards) {
+    if (shard.row_group_rows.size() > static_cast<size_t>(kMaxRowGroupsPerShard)) {
+      return arrow::Status::Invalid("shard ", shard.path, ": ", shard.row_group_rows.size(),
+                                    " row groups, more than a shard can have");
+    }
+    for (int64_t count : shard.row_group_rows) {
+      if (count < 0 || count > kMaxRows - total_rows) {
+        return arrow::Status::Invalid("shard ", shard.path, ": row-group count ", count,
+                                      " is negative or makes the dataset larger than ", kMaxRows, " rows");
+      }
+      total_rows += count;
+    }
+  }
   std::vector<int64_t> rows;
   for (size_t s = 0; s < o.shards.size(); ++s) {
     for (size_t g = 0; g < o.shards[s].row_group_rows.size(); ++g) {
