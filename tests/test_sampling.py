@@ -5,17 +5,18 @@ Statistical tests use fixed seeds; each threshold is a chi-square p-value of
 fixed seed the outcome is deterministic).
 """
 
+import collections
+
 import numpy as np
 import pytest
 
-from shardmill.transforms import keyed_hash
+from shardmill.transforms import job_plan, keyed_hash
 from shardmill.transforms.chunk_sampling import (
     acceptance_probability,
     positions_of_uses,
     round_permutation,
     shuffle_keys,
     use_counts,
-    window_mask,
 )
 from tests.stats import binomial_pmf, chi_square_test
 
@@ -54,13 +55,20 @@ def test_chunk_keys_depend_on_sort_key_and_chunk_only():
 
 # ---- window -----------------------------------------------------------------
 
+def window_of(sort_keys, chunks, pool_size):
+    summaries = [{"source": k, "sort_key": k, "versions": {6: [n, n * 10, 8356]}}
+                 for k, n in collections.Counter(sort_keys.tolist()).items()]
+    return job_plan.window_mask(sort_keys, chunks, job_plan.decide(summaries, pool_size))
+
+
 def test_window_keeps_the_newest_chunks_by_sort_key_then_chunk():
-    sort_keys = np.array(["h02.tar", "h00.tar", "h01.tar", "h02.tar", "h01.tar", "h00.tar"])
+    sort_keys = np.array(["h02.tar", "h00.tar", "h01.tar", "h02.tar", "h01.tar", "h00.tar"], dtype=object)
     chunks = np.array([1, 0, 0, 0, 1, 1])
-    mask = window_mask(sort_keys, chunks, 3)
+    mask = window_of(sort_keys, chunks, 3)
     kept = sorted(zip(sort_keys[mask], chunks[mask]))
     assert kept == [("h01.tar", 1), ("h02.tar", 0), ("h02.tar", 1)]
-    assert window_mask(sort_keys, chunks, 0).all() and window_mask(sort_keys, chunks, 100).all()
+    assert window_of(sort_keys, chunks, 0).all() and window_of(sort_keys, chunks, 100).all()
+    assert window_of(sort_keys, chunks, 6).all() and window_of(sort_keys, chunks, 4).sum() == 4
 
 
 # ---- threshold-gamma --------------------------------------------------------

@@ -1,12 +1,12 @@
-"""Stage 3 kernels: chunk-pool window, threshold-gamma use counts, positions per use.
+"""Stage 3 kernels: threshold-gamma use counts, positions per use, shard keys.
 
 Plain numpy; every decision comes from keyed_hash, so it depends only on the
 seed and chunk identities, never on order, bundles or workers.
 
-Semantics (issue 3):
-- Window: the newest `pool_size` chunks in (sort_key, chunk) order, i.e. whole
-  sources newest first until the pool is covered, then the newest chunks of
-  the last source.
+Semantics:
+- Window (decided in job_plan): the newest `pool_size` chunks in (sort_key,
+  chunk) order, i.e. whole sources newest first until the pool is covered,
+  then the newest chunks of the last source.
 - Passes: in each of P passes every chunk in the window is proposed once and
   accepted with p = min(1, n / threshold) ^ gamma. Each acceptance is one use;
   a use carries the chunk's use_count before the increment. So a chunk's uses
@@ -43,17 +43,6 @@ class SamplingParams:
     threshold: int = 0  # 0: every proposal accepted
     gamma: float = 1.0
     pool_size: int = 0  # 0: every chunk
-
-
-def window_mask(sort_keys: np.ndarray, chunks: np.ndarray, pool_size: int) -> np.ndarray:
-    """Bool mask of the chunks inside the window of the newest pool_size chunks."""
-    n = len(chunks)
-    if pool_size <= 0 or pool_size >= n:
-        return np.ones(n, dtype=bool)
-    order = np.lexsort((np.asarray(chunks), np.asarray(sort_keys)))  # oldest first
-    mask = np.zeros(n, dtype=bool)
-    mask[order[n - pool_size :]] = True
-    return mask
 
 
 def acceptance_probability(num_records: np.ndarray, threshold: int, gamma: float) -> np.ndarray:

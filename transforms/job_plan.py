@@ -139,7 +139,8 @@ def decide(summaries: list[dict], pool_size: int) -> GlobalDecisions:
     return GlobalDecisions(dropped, version, sizes[version], cut_key, take)
 
 
-def _window_mask(sort_keys: np.ndarray, chunks: np.ndarray, decisions: GlobalDecisions) -> np.ndarray:
+def window_mask(sort_keys: np.ndarray, chunks: np.ndarray, decisions: GlobalDecisions) -> np.ndarray:
+    """Chunks (of kept sources and version) inside the window: sources newer than the cut, and the cut's newest."""
     if decisions.cut_sort_key is None:
         return np.ones(len(chunks), dtype=bool)
     mask = sort_keys > decisions.cut_sort_key
@@ -178,7 +179,7 @@ def plan_table(table: pa.Table, decisions: GlobalDecisions, params: SamplingPara
     kept = table.filter(pa.array(~duplicate & ~other_version))
     sort_keys = kept["sort_key"].to_numpy(zero_copy_only=False).astype(object)
     chunks = kept["chunk"].to_numpy()
-    in_window = _window_mask(sort_keys, chunks, decisions)
+    in_window = window_mask(sort_keys, chunks, decisions)
     window = kept.filter(pa.array(in_window))
     num_records = window["num_records"].to_numpy()
     keys = chunk_keys(window["sort_key"].to_numpy(zero_copy_only=False), window["chunk"].to_numpy())
