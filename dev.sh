@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The two set-up commands of the README:
 #   bash dev.sh demo   create .venv, install shardmill, run the job on the built-in dataset
-#   bash dev.sh test   create .venv, install shardmill with test extras, run the whole test suite
+#   bash dev.sh test   create .venv, install shardmill with test extras, run the native unit tests and the test suite
 # Both work on a fresh clone with only Python (>= 3.10), pip, a C++ compiler and CMake.
+# And for the native code:
+#   bash dev.sh asan   the extension and its C++ unit tests under AddressSanitizer (.venv-asan), then the
+#                      reader's Python tests against that extension
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV="${SHARDMILL_VENV:-.venv}"
@@ -11,7 +14,15 @@ PY="$VENV/bin/python"
 install() {
   [ -x "$PY" ] || python3 -m venv "$VENV"
   echo "installing shardmill into $VENV (builds the native extension; about a minute)..." >&2
-  "$PY" -m pip install --quiet --disable-pip-version-check ".[test]"
+  "$PY" -m pip install --quiet --disable-pip-version-check ".[test]" "$@"
+}
+
+native_unit_tests() {  # $1: build directory, then extra CMake definitions
+  local build="$1"; shift
+  cmake -S native_ext/tests -B "$build" -DPython_EXECUTABLE="$PWD/$PY" "$@" > "$build.log" 2>&1 \
+    || { cat "$build.log" >&2; return 1; }
+  cmake --build "$build" -j 2 >> "$build.log" 2>&1 || { tail -50 "$build.log" >&2; return 1; }
+  "$build/native_unit_tests"
 }
 
 case "${1:-}" in
@@ -25,11 +36,23 @@ case "${1:-}" in
     ;;
   test)
     install
+    mkdir -p build
+    native_unit_tests build/native-tests
     # Tests import the installed shardmill (the repository has no shardmill/ folder).
     "$PY" -m pytest -q -p no:cacheprovider tests "${@:2}"
     ;;
+  asan)
+    VENV=.venv-asan PY=.venv-asan/bin/python
+    install --config-settings=cmake.define.SHARDMILL_SANITIZE=address \
+      --config-settings=build-dir=build/asan-{wheel_tag}
+    mkdir -p build
+    native_unit_tests build/native-tests-asan -DSHARDMILL_SANITIZE=address
+    # Python is not instrumented: preload the runtime; leaks of the interpreter itself are not ours.
+    LD_PRELOAD="$(g++ -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0 \
+      "$PY" -m pytest -q -p no:cacheprovider tests/test_native_reader.py tests/test_hostile_datasets.py "${@:2}"
+    ;;
   *)
-    echo "usage: bash dev.sh demo|test [pytest args]" >&2
+    echo "usage: bash dev.sh demo|test|asan [pytest args]" >&2
     exit 2
     ;;
 esac
