@@ -4,14 +4,10 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
-#include <string_view>
 
 #include "chunk_records.h"
-#include "feistel.h"
 #include "large_buffer.h"
-#include "keyed_hash.h"
 #include "label_sampling.h"
-#include "plain_pages.h"
 #include "self_check.h"
 #include "shard_reader.h"
 #include "status.h"
@@ -138,81 +134,12 @@ PYBIND11_MODULE(_native, m) {
       "Arrow/Parquet libraries; raises NativeError on any failure.");
 
   m.def(
-      "hash_words",
-      [](uint64_t seed, uint64_t stream, const std::vector<uint64_t>& words) {
-        uint64_t h = shardmill::Mix64(seed ^ stream);
-        for (uint64_t w : words) h = shardmill::Mix64(h ^ w);
-        return h;
-      },
-      py::arg("seed"), py::arg("stream"), py::arg("words"),
-      "The keyed SplitMix64 chain of shardmill.transforms.keyed_hash.hash_words, in C++.");
-
-  m.def(
       "release_cached_memory", [] { return shardmill::LargeBuffer::ReleaseCached(); },
       py::call_guard<py::gil_scoped_release>(),
       "Unmaps the window buffers the process keeps for its next readers; returns the bytes released.");
   m.def(
       "cached_memory_bytes", [] { return shardmill::LargeBuffer::CachedBytes(); },
       "Bytes of freed window buffers the process keeps mapped for reuse (at most 512 MiB).");
-
-  m.def(
-      "buffer_cache_pick",
-      [](const std::vector<int64_t>& given_back, int64_t take) {
-        py::gil_scoped_release release;
-        shardmill::LargeBuffer::ReleaseCached();
-        std::vector<const uint8_t*> addresses;
-        {
-          std::vector<shardmill::LargeBuffer> buffers;
-          for (int64_t bytes : given_back) {
-            buffers.push_back(shardmill::LargeBuffer::Take(bytes));
-            addresses.push_back(buffers.back().data());
-          }
-          for (auto& buffer : buffers) buffer = shardmill::LargeBuffer();  // given back in this order
-        }
-        const shardmill::LargeBuffer taken = shardmill::LargeBuffer::Take(take);
-        auto found = std::find(addresses.begin(), addresses.end(), taken.data());
-        return found == addresses.end() ? int64_t{-1} : static_cast<int64_t>(found - addresses.begin());
-      },
-      py::arg("given_back"), py::arg("take"),
-      "Empties the buffer cache, gives back buffers of the sizes `given_back` in that order, then takes\n"
-      "one of `take` bytes: which of them it got (-1: a new mapping). Pins the cache's choice.");
-  m.def(
-      "all_levels_defined",
-      [](py::bytes levels, int64_t values) {
-        const std::string_view view(levels);
-        return shardmill::AllLevelsDefined(reinterpret_cast<const uint8_t*>(view.data()),
-                                           static_cast<int64_t>(view.size()), values);
-      },
-      py::arg("levels"), py::arg("values"),
-      "Whether RLE/bit-packed hybrid definition levels of bit width 1 define the first `values` values\n"
-      "(the check that lets the reader take a page's values as they lie).");
-  m.def(
-      "feistel_permutation",
-      [](uint64_t n, uint64_t key, int64_t first, int64_t count, bool one_at_a_time, bool inverse) {
-        if (count < 0) count = static_cast<int64_t>(n) - first;
-        if (first < 0 || count < 0 || static_cast<uint64_t>(first + count) > n) {
-          throw py::value_error("positions out of range");
-        }
-        py::array_t<uint64_t> out(static_cast<py::ssize_t>(count));
-        uint64_t* data = out.mutable_data();
-        {
-          py::gil_scoped_release release;
-          shardmill::FeistelPermutation permutation(n, key);
-          if (inverse) {
-            permutation.InverseRange(static_cast<uint64_t>(first), count, data);
-          } else if (one_at_a_time) {
-            for (int64_t i = 0; i < count; ++i) data[i] = permutation.Apply(static_cast<uint64_t>(first + i));
-          } else {
-            permutation.ApplyRange(static_cast<uint64_t>(first), count, data);
-          }
-        }
-        return out;
-      },
-      py::arg("n"), py::arg("key"), py::arg("first") = 0, py::arg("count") = -1, py::arg("one_at_a_time") = false,
-      py::arg("inverse") = false,
-      "The images of first..first+count-1 (default: all of 0..n-1) under the reader's Feistel permutation;\n"
-      "one_at_a_time uses the scalar Apply (the reference the blocked ApplyRange must match), inverse\n"
-      "gives preimages instead.");
 
   m.def(
       "sample_labels",
