@@ -47,8 +47,10 @@ case "${1:-}" in
       --config-settings=build-dir=build/asan-{wheel_tag}
     mkdir -p build
     native_unit_tests build/native-tests-asan -DSHARDMILL_SANITIZE=address
-    # Python is not instrumented: preload the runtime; leaks of the interpreter itself are not ours.
-    LD_PRELOAD="$(g++ -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0 \
+    # Python is not instrumented: preload the runtime (and libstdc++, so ASan's interceptor of C++
+    # throws finds the real one); leaks of the interpreter itself are not ours.
+    LD_PRELOAD="$(g++ -print-file-name=libasan.so):$(g++ -print-file-name=libstdc++.so)" \
+      ASAN_OPTIONS=detect_leaks=0 \
       "$PY" -m pytest -q -p no:cacheprovider tests/test_native_reader.py tests/test_hostile_datasets.py "${@:2}"
     ;;
   *)
