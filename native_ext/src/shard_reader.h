@@ -45,15 +45,11 @@
 
 #include "epoch_order.h"
 #include "large_buffer.h"
+#include "shard_file.h"
 
 namespace shardmill {
 
 class RecyclingPool;
-
-struct ShardFile {
-  std::string path;                    // local path or Arrow filesystem URI
-  std::vector<int64_t> row_group_rows;  // as the manifest states
-};
 
 struct ReaderOptions {
   std::vector<ShardFile> shards;
@@ -72,12 +68,6 @@ struct ReaderOptions {
   int64_t start_position = 0;  // ... and rows of this rank's slice already delivered
 };
 
-// One output column: its name and the bytes one row takes.
-struct ColumnSpec {
-  std::string name;
-  std::shared_ptr<arrow::DataType> type;
-  int64_t row_bytes;
-};
 
 struct BatchPlan {
   int64_t epoch = -1;  // -1: the stream has ended
@@ -141,7 +131,7 @@ class ShardReader {
   // Decodes group `index` of the slot's window and copies the rows this
   // rank reads to their places in the slot's arranged buffers (wide rows).
   arrow::Status ScatterGroup(const WindowSlot& slot, int64_t index,
-                             std::vector<std::unique_ptr<class ShardHandle>>* handles) const;
+                             std::vector<std::unique_ptr<ShardHandle>>* handles) const;
   // The window holding epoch position `target` of the current epoch
   // (dropping windows already consumed); requires mutex_.
   arrow::Result<std::shared_ptr<WindowSlot>> WindowAtLocked(int64_t target);
@@ -154,11 +144,11 @@ class ShardReader {
   using GroupRunSink = std::function<void(size_t c, int64_t first_row, const uint8_t* values, int64_t rows)>;
   // Reads the selected columns of global row group `row_group` through this
   // thread's `handles` (opened on first use), handing every run of values to `sink`.
-  arrow::Status ReadGroup(int64_t row_group, std::vector<std::unique_ptr<class ShardHandle>>* handles,
+  arrow::Status ReadGroup(int64_t row_group, std::vector<std::unique_ptr<ShardHandle>>* handles,
                           const GroupRunSink& sink) const;
   // Row group `row_group` decoded into a buffer per column (for the gather).
   arrow::Result<std::shared_ptr<DecodedGroup>> Decode(int64_t row_group,
-                                                      std::vector<std::unique_ptr<class ShardHandle>>* handles) const;
+                                                      std::vector<std::unique_ptr<ShardHandle>>* handles) const;
   std::shared_ptr<const EpochOrder> OrderFor(int64_t epoch);
 
   ReaderOptions options_;
