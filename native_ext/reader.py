@@ -37,7 +37,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from shardmill.native_ext._native import NativeError, NativeReader
+from shardmill.native_ext._native import NativeError, NativeReader, ReaderOptions
 from shardmill.native_ext.dataset import OutputError, load_manifest, open_dataset  # noqa: F401  (re-exported)
 
 STATE_VERSION = 2  # 2: Feistel halves fit odd bit widths (other orders than 1)
@@ -114,15 +114,18 @@ class ShardReader:
             "drop_remainder": bool(drop_remainder),
         }
         start_epoch, start_position = self._resume_point(state)
-        shards = [(shard_path, list(s["row_groups"]))
-                  for shard_path, s in zip(dataset.shard_paths, self._manifest["shards"])]
-        s = self._settings
+        options = ReaderOptions()
+        for shard_path, shard in zip(dataset.shard_paths, self._manifest["shards"]):
+            options.add_shard(shard_path, list(shard["row_groups"]))
+        for name in ("columns", "batch_size", "drop_remainder", "shard_index", "shard_count", "num_epochs", "seed",
+                     "shuffle", "window_row_groups"):
+            setattr(options, name, self._settings[name])
+        options.num_threads = int(num_threads)
+        options.prefetch_windows = int(prefetch_windows)
+        options.start_epoch, options.start_position = start_epoch, start_position
         try:
-            self._native = NativeReader(
-                shards, s["columns"], s["batch_size"], s["drop_remainder"], s["shard_index"], s["shard_count"],
-                s["num_epochs"], s["seed"], s["shuffle"], s["window_row_groups"], int(num_threads),
-                int(prefetch_windows), start_epoch, start_position,
-            )
+            self._native = NativeReader(options)
+            self._native.start()
         except NativeError as err:
             raise OutputError(str(err)) from None
         # One consumer at a time: concurrent next() calls are serialised, so threads sharing a

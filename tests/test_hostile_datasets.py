@@ -256,10 +256,15 @@ def test_a_tampered_state_is_refused(dataset, field, value):
 
 NATIVE_RUNNER = textwrap.dedent("""
     import json, sys
-    from shardmill.native_ext._native import NativeError, NativeReader
+    from shardmill.native_ext._native import NativeError, NativeReader, ReaderOptions
     paths, groups = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+    options = ReaderOptions()
+    for path, rows in zip(paths, groups):
+        options.add_shard(path, rows)
+    options.columns = ["frame"]
     try:
-        reader = NativeReader(list(zip(paths, groups)), ["frame"], 64, False, 0, 1, 1, 0, True, 8, 2, 2, 0, 0)
+        reader = NativeReader(options)
+        reader.start()
         while reader.next_batch() is not None:
             pass
         print("read")

@@ -22,34 +22,10 @@ namespace {
 
 using shardmill::ShardReader;
 
-std::unique_ptr<ShardReader> MakeReader(const std::vector<std::pair<std::string, std::vector<int64_t>>>& shards,
-                                        const std::vector<std::string>& columns, int64_t batch_size,
-                                        bool drop_remainder, int64_t shard_index, int64_t shard_count,
-                                        int64_t num_epochs, uint64_t seed, bool shuffle, int64_t window_row_groups,
-                                        int num_threads, int64_t prefetch_windows, int64_t start_epoch,
-                                        int64_t start_position) {
-  shardmill::ReaderOptions options;
-  for (const auto& [path, rows] : shards) options.shards.push_back({path, rows});
-  options.columns = columns;
-  options.batch_size = batch_size;
-  options.drop_remainder = drop_remainder;
-  options.shard_index = shard_index;
-  options.shard_count = shard_count;
-  options.num_epochs = num_epochs;
-  options.seed = seed;
-  options.shuffle = shuffle;
-  options.window_row_groups = window_row_groups;
-  options.num_threads = num_threads;
-  options.prefetch_windows = prefetch_windows;
-  options.start_epoch = start_epoch;
-  options.start_position = start_position;
-  std::unique_ptr<ShardReader> reader;
-  {
-    py::gil_scoped_release release;  // opens the first shard's footer
-    reader = shardmill::ValueOrThrow(ShardReader::Make(std::move(options)), "");
-    shardmill::ThrowIfError(reader->Start(), "");
-  }
-  return reader;
+// Made without starting: threads start in start(), never in a constructor.
+std::unique_ptr<ShardReader> MakeReader(shardmill::ReaderOptions options) {
+  py::gil_scoped_release release;  // opens the first shard's footer
+  return shardmill::ValueOrThrow(ShardReader::Make(std::move(options)), "");
 }
 
 // A column's numpy dtype and the shape of `rows` of it.
@@ -210,11 +186,34 @@ PYBIND11_MODULE(_native, m) {
       "does not prove the size (use the streaming path), -1 on success, else the first record with "
       "another version (nothing copied); raises NativeError when the stream is broken or has another size.");
 
+  // The reader's options, one struct (shardmill::ReaderOptions; see shard_reader.h for each field).
+  py::class_<shardmill::ReaderOptions>(m, "ReaderOptions")
+      .def(py::init<>())
+      .def(
+          "add_shard",
+          [](shardmill::ReaderOptions& options, std::string path, std::vector<int64_t> row_group_rows) {
+            options.shards.push_back({std::move(path), std::move(row_group_rows)});
+          },
+          py::arg("path"), py::arg("row_group_rows"))
+      .def_readwrite("columns", &shardmill::ReaderOptions::columns)
+      .def_readwrite("batch_size", &shardmill::ReaderOptions::batch_size)
+      .def_readwrite("drop_remainder", &shardmill::ReaderOptions::drop_remainder)
+      .def_readwrite("shard_index", &shardmill::ReaderOptions::shard_index)
+      .def_readwrite("shard_count", &shardmill::ReaderOptions::shard_count)
+      .def_readwrite("num_epochs", &shardmill::ReaderOptions::num_epochs)
+      .def_readwrite("seed", &shardmill::ReaderOptions::seed)
+      .def_readwrite("shuffle", &shardmill::ReaderOptions::shuffle)
+      .def_readwrite("window_row_groups", &shardmill::ReaderOptions::window_row_groups)
+      .def_readwrite("num_threads", &shardmill::ReaderOptions::num_threads)
+      .def_readwrite("prefetch_windows", &shardmill::ReaderOptions::prefetch_windows)
+      .def_readwrite("start_epoch", &shardmill::ReaderOptions::start_epoch)
+      .def_readwrite("start_position", &shardmill::ReaderOptions::start_position);
+
   py::class_<ShardReader>(m, "NativeReader")
-      .def(py::init(&MakeReader), py::arg("shards"), py::arg("columns"), py::arg("batch_size"),
-           py::arg("drop_remainder"), py::arg("shard_index"), py::arg("shard_count"), py::arg("num_epochs"),
-           py::arg("seed"), py::arg("shuffle"), py::arg("window_row_groups"), py::arg("num_threads"),
-           py::arg("prefetch_windows"), py::arg("start_epoch"), py::arg("start_position"))
+      .def(py::init(&MakeReader), py::arg("options"), "Checks the options and the first shard; starts nothing.")
+      .def(
+          "start", [](ShardReader& reader) { shardmill::ThrowIfError(reader.Start(), ""); },
+          py::call_guard<py::gil_scoped_release>(), "Starts the decode threads (idempotent).")
       .def("next_batch", &NextBatch, "The next batch as a dict of numpy arrays, or None at the end.")
       .def("stop", &ShardReader::Stop, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("epoch", &ShardReader::epoch)
