@@ -123,7 +123,7 @@ constexpr int64_t kMaxRows = int64_t{1} << 48;
 constexpr int64_t kMaxRowGroupsPerShard = 1'000'000;
 
 // Runs one step of a decode thread. An exception escaping a thread would end
-// the process (std::terminate); here it becomes the Status of the window the
+// the process (it terminates); here it becomes the Status of the window the
 // step belongs to, which the consumer raises for the batch that needs it.
 template <typename Step>
 arrow::Status StatusOfCall(Step&& step) {
