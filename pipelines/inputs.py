@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shardmill.transforms.chunk_index import COMPRESSED_ARCHIVE_SUFFIXES, SOURCE_SUFFIXES
+from shardmill.transforms.chunk_index import LC0_INPUT_SUFFIXES
 from shardmill.transforms.discovery import list_input, normalize
 
 
@@ -11,10 +11,9 @@ class InputError(ValueError):
 
 
 EVENT_SUFFIXES = (".parquet", ".csv", ".tsv", ".jsonl", ".json", ".ndjson")
-LC0_SUFFIXES = SOURCE_SUFFIXES + COMPRESSED_ARCHIVE_SUFFIXES  # the archives get their own dead letter
 
 
-def expand_inputs(inputs: list[str], suffixes: tuple[str, ...] = LC0_SUFFIXES) -> list[str]:
+def expand_inputs(inputs: list[str], suffixes: tuple[str, ...] = LC0_INPUT_SUFFIXES) -> list[str]:
     """The inputs, normalised (absolute local paths), each checked to name at least one file.
 
     A directory stands for every file with one of the suffixes in its whole

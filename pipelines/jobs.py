@@ -12,7 +12,8 @@ from typing import Callable
 
 from shardmill.pipelines.config import JobConfig
 from shardmill.pipelines.inputs import EVENT_SUFFIXES, expand_inputs
-from shardmill.transforms.chunk_index import SOURCE_SUFFIXES
+from shardmill.transforms.chunk_index import LC0_INPUT_SUFFIXES
+from shardmill.transforms.discovery import is_local
 from shardmill.transforms.manifest import render_label_summary, render_lc0_summary, render_token_summary
 
 
@@ -32,10 +33,8 @@ class JobKind:
         """
         if self.input_suffixes is None:
             return []
-        from apache_beam.io.filesystems import FileSystems
-
         items = list(config.input)
-        remote = [] if check_remote else [i for i in items if FileSystems.get_scheme(i) not in (None, "file")]
+        remote = [] if check_remote else [i for i in items if not is_local(i)]
         local = [i for i in items if i not in remote]
         return (expand_inputs(local, self.input_suffixes) if local else []) + remote
 
@@ -59,7 +58,7 @@ def _token_job():
 
 
 JOB_KINDS = {
-    "lc0": JobKind("lc0", "lc0", _lc0_job, SOURCE_SUFFIXES, render_lc0_summary),
+    "lc0": JobKind("lc0", "lc0", _lc0_job, LC0_INPUT_SUFFIXES, render_lc0_summary),
     "labels": JobKind("labels", "events", _label_job, EVENT_SUFFIXES, render_label_summary),
     "tokens": JobKind("tokens", "megatron_gpt_samples", _token_job, None, render_token_summary),
 }

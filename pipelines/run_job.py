@@ -111,6 +111,11 @@ def build_graph(p: beam.Pipeline, config: JobConfig, inputs: list[str], paths: R
     )
 
 
+def _cannot_write(output_dir: str, err: OSError) -> lifecycle.OutputPathError:
+    """The first bytes of a run (its claim, its staging marker) could not be written."""
+    return lifecycle.OutputPathError(f"output {output_dir}: cannot write there ({err.strerror or err})")
+
+
 def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: PipelineOptions, *,
             break_claim: bool = False, run_id: str | None = None) -> dict:
     """Runs the job into output_dir and returns the manifest it committed.
@@ -124,7 +129,7 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
     try:
         notes = claim.acquire(break_claim)
     except OSError as err:
-        raise lifecycle.OutputPathError(f"output {output_dir}: cannot write there ({err.strerror or err})") from None
+        raise _cannot_write(output_dir, err) from None
     paths = None
     try:
         committed = lifecycle.read_committed(output_dir)
@@ -139,7 +144,7 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
         try:
             lifecycle.start_staging(paths, claim.info.to_bytes())
         except OSError as err:
-            raise lifecycle.OutputPathError(f"output {output_dir}: cannot write there ({err.strerror or err})") from None
+            raise _cannot_write(output_dir, err) from None
         p = make_pipeline(options)
         build_graph(p, config, inputs, paths)
         try:

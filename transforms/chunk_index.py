@@ -41,6 +41,8 @@ INDEX_SCHEMA = pa.schema(
 
 SOURCE_SUFFIXES = (".gz", ".tar")
 COMPRESSED_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")  # refused with their own reason
+# What discovery hands to indexing: the sources, and the archives that get their own dead letter.
+LC0_INPUT_SUFFIXES = SOURCE_SUFFIXES + COMPRESSED_ARCHIVE_SUFFIXES
 
 Opener = Callable[[str], BinaryIO]
 

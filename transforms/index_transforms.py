@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
-from shardmill.transforms.chunk_index import COMPRESSED_ARCHIVE_SUFFIXES, INDEX_SCHEMA, SOURCE_SUFFIXES, index_source
+from shardmill.transforms.chunk_index import INDEX_SCHEMA, LC0_INPUT_SUFFIXES, index_source
 from shardmill.transforms.discovery import SKIP_KINDS, list_input
 from shardmill.transforms.gzip_chunks import DEFAULT_MAX_CHUNK_BYTES
 
@@ -82,7 +82,7 @@ class DiscoverFiles(beam.PTransform):
     before the pipeline.
     """
 
-    def __init__(self, inputs: list[str], suffixes: tuple[str, ...] = SOURCE_SUFFIXES + COMPRESSED_ARCHIVE_SUFFIXES,
+    def __init__(self, inputs: list[str], suffixes: tuple[str, ...] = LC0_INPUT_SUFFIXES,
                  max_files_per_batch: int = 256, max_bytes_per_batch: int = 64 << 20):
         super().__init__()
         self._inputs = list(inputs)

@@ -35,6 +35,7 @@ import time
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from shardmill.transforms.discovery import is_local
 from shardmill.transforms.output_contract import CLAIM_NAME, CLAIMS_DIR_NAME
 
 _LOG = logging.getLogger(__name__)
@@ -49,10 +50,6 @@ class ClaimHeldError(RuntimeError):
 
 class ClaimLostError(RuntimeError):
     """This run's claim was broken or replaced while it ran."""
-
-
-def is_local(path: str) -> bool:
-    return FileSystems.get_scheme(path) in (None, "file")
 
 
 def _process_start(pid: int) -> str | None:

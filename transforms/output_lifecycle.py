@@ -36,7 +36,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from shardmill.transforms.atomic_io import write_bytes_atomically
-from shardmill.transforms.output_claim import is_local
+from shardmill.transforms.discovery import is_local, normalize
 from shardmill.transforms.output_contract import (
     CLAIM_NAME,
     CLAIMS_DIR_NAME,
@@ -167,7 +167,7 @@ def check_output_path(output_dir: str, inputs: list[str]) -> None:
         raise OutputPathError("output.path: an output directory is required (config or --output)")
     if not is_local(output_dir):
         return
-    path = os.path.abspath(output_dir)
+    path = normalize(output_dir)
     probe = path
     while not os.path.exists(probe):
         probe = os.path.dirname(probe)
@@ -175,9 +175,9 @@ def check_output_path(output_dir: str, inputs: list[str]) -> None:
         what = "is a file" if probe == path else f"is inside {probe}, which is a file"
         raise OutputPathError(f"output {output_dir}: {what}, not a directory")
     for item in inputs:
-        if FileSystems.get_scheme(item) not in (None, "file"):
+        if not is_local(item):
             continue
-        pattern = os.path.abspath(item)
+        pattern = normalize(item)
         if os.path.isdir(pattern) or item.endswith("/"):
             inside = path == pattern.rstrip("/") or path.startswith(pattern.rstrip("/") + "/")
         else:
