@@ -1,5 +1,7 @@
 #include "shard_file.h"
 
+#include <cstring>
+
 #include <arrow/filesystem/api.h>
 #include <arrow/io/api.h>
 #include <parquet/arrow/reader.h>
@@ -65,8 +67,7 @@ arrow::Status ShardHandle::ReadColumn(int index, size_t c, int64_t width, int64_
     ARROW_ASSIGN_OR_RAISE(bool plain, ReadPlainColumn(*row_group, leaf_indices_[c], width, rows, sink));
     if (plain) return arrow::Status::OK();
   }
-  std::shared_ptr<arrow::Table> table;
-  ARROW_RETURN_NOT_OK(reader_->ReadRowGroup(index, {column_indices_[c]}, &table));
+  ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Table> table, reader_->ReadRowGroup(index, {column_indices_[c]}));
   ARROW_ASSIGN_OR_RAISE(table, table->CombineChunks());
   const auto& column = *table->column(0);
   if (column.length() != rows) {
@@ -77,6 +78,63 @@ arrow::Status ShardHandle::ReadColumn(int index, size_t c, int64_t width, int64_
   if (array.null_count() != 0) return arrow::Status::Invalid("column '", names_[c], "' has nulls");
   sink(0, array.data()->buffers[1]->data() + array.offset() * width, rows);
   return arrow::Status::OK();
+}
+
+ShardGroups::ShardGroups(std::vector<ShardFile> shards, std::vector<ColumnSpec> columns)
+    : shards_(std::move(shards)),
+      columns_(std::move(columns)),
+      pool_(std::make_unique<RecyclingPool>(arrow::default_memory_pool(), kRecycleMinBlockBytes)) {
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    for (size_t g = 0; g < shards_[s].row_group_rows.size(); ++g) {
+      shard_of_group_.push_back(static_cast<int64_t>(s));
+      index_in_shard_.push_back(static_cast<int64_t>(g));
+      rows_.push_back(shards_[s].row_group_rows[g]);
+    }
+  }
+}
+
+arrow::Status ShardGroups::Read(int64_t row_group, Handles* handles, const RunSink& sink) const {
+  const int64_t shard = shard_of_group_[row_group];
+  const auto& file = shards_[shard];
+  auto in_file = [&](const arrow::Status& status) {
+    return status.WithMessage("shard ", file.path, ": ", status.message());
+  };
+  auto& handle = (*handles)[shard];
+  if (!handle) {
+    auto opened = ShardHandle::Open(file, pool_.get());
+    if (!opened.ok()) return in_file(opened.status());
+    auto bound = (*opened)->Bind(columns_);
+    if (!bound.ok()) return in_file(bound);
+    handle = std::move(*opened);
+  }
+  const int index = static_cast<int>(index_in_shard_[row_group]);
+  const int64_t rows = rows_[row_group];
+  for (size_t c = 0; c < columns_.size(); ++c) {
+    auto read = handle->ReadColumn(index, c, columns_[c].row_bytes, rows,
+                                   [&](int64_t first_row, const uint8_t* values, int64_t count) {
+                                     sink(c, first_row, values, count);
+                                   });
+    if (!read.ok()) return in_file(read.WithMessage("row group ", index, ": ", read.message()));
+  }
+  return arrow::Status::OK();
+}
+
+arrow::Result<std::vector<std::shared_ptr<arrow::Buffer>>> ShardGroups::Decode(int64_t row_group,
+                                                                              Handles* handles) const {
+  const int64_t rows = rows_[row_group];
+  std::vector<std::shared_ptr<arrow::Buffer>> buffers;
+  for (const auto& column : columns_) {
+    // Large blocks are recycled LargeBuffers (pages already faulted in).
+    ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> buffer,
+                          arrow::AllocateBuffer(rows * column.row_bytes, pool_.get()));
+    buffers.push_back(std::move(buffer));
+  }
+  ARROW_RETURN_NOT_OK(Read(row_group, handles, [&](size_t c, int64_t first_row, const uint8_t* values,
+                                                   int64_t count) {
+    const int64_t width = columns_[c].row_bytes;
+    std::memcpy(buffers[c]->mutable_data() + first_row * width, values, count * width);
+  }));
+  return buffers;
 }
 
 }  // namespace shardmill

@@ -1,4 +1,5 @@
-// Shard file access: one shard's Parquet file, opened by one decode thread.
+// Shard file access: one shard's Parquet file, opened by one decode thread,
+// and the dataset's shards as one sequence of row groups.
 //
 // A ShardHandle checks the footer's row groups against the manifest's counts
 // when it opens, binds the selected columns (checking their types agree
@@ -8,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +18,7 @@
 #include <parquet/arrow/reader.h>
 
 #include "plain_pages.h"
+#include "recycling_pool.h"
 
 namespace shardmill {
 
@@ -56,6 +59,40 @@ class ShardHandle {
   std::vector<int> column_indices_;  // of the bound columns, in the Arrow schema
   std::vector<int> leaf_indices_;    // ... and among the Parquet leaf columns
   std::vector<std::string> names_;
+};
+
+// The dataset's row groups numbered across its shards in manifest order,
+// read through one decode thread's handles. Decoding allocates through a
+// RecyclingPool: blocks of >= 1 MiB are LargeBuffers, reused by the next
+// window's row groups (and by the next reader in the process).
+class ShardGroups {
+ public:
+  // One decode thread's open shards (opened on first use).
+  using Handles = std::vector<std::unique_ptr<ShardHandle>>;
+  // Receives column c's values of rows first_row.. of a row group (see ColumnRunSink).
+  using RunSink = std::function<void(size_t c, int64_t first_row, const uint8_t* values, int64_t rows)>;
+
+  // `shards` with row-group counts already checked (ShardReader::Make).
+  ShardGroups(std::vector<ShardFile> shards, std::vector<ColumnSpec> columns);
+
+  Handles NewHandles() const { return Handles(shards_.size()); }
+  const std::vector<ColumnSpec>& columns() const { return columns_; }
+
+  // Reads the selected columns of global row group `row_group` (opening and
+  // checking its shard on first use), handing every run of values to `sink`.
+  // Errors name the shard and row group.
+  arrow::Status Read(int64_t row_group, Handles* handles, const RunSink& sink) const;
+  // Row group `row_group` decoded into one buffer per column.
+  arrow::Result<std::vector<std::shared_ptr<arrow::Buffer>>> Decode(int64_t row_group, Handles* handles) const;
+
+ private:
+  static constexpr int64_t kRecycleMinBlockBytes = 1 << 20;
+  std::vector<ShardFile> shards_;
+  std::vector<ColumnSpec> columns_;
+  std::vector<int64_t> shard_of_group_;  // global row group -> shard
+  std::vector<int64_t> index_in_shard_;  // global row group -> row group within its shard
+  std::vector<int64_t> rows_;            // global row group -> rows
+  std::unique_ptr<RecyclingPool> pool_;
 };
 
 }  // namespace shardmill

@@ -1,0 +1,30 @@
+// The shard reader's options, one struct: what the binding fills and every
+// part of the reader reads (the facade checks them in ShardReader::Make).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shard_file.h"
+
+namespace shardmill {
+
+struct ReaderOptions {
+  std::vector<ShardFile> shards;       // in manifest order (global row-group numbering follows it)
+  std::vector<std::string> columns;    // fixed_size_binary or fixed-width numeric
+  int64_t batch_size = 256;
+  bool drop_remainder = false;         // drop each epoch's last partial batch
+  int64_t shard_index = 0;             // this rank
+  int64_t shard_count = 1;             // number of ranks
+  int64_t num_epochs = 1;              // 0: unbounded
+  uint64_t seed = 0;
+  bool shuffle = true;                 // false: row groups and rows in manifest order
+  int64_t window_row_groups = 8;       // row groups whose rows are shuffled together
+  int num_threads = 2;                 // decode threads
+  int64_t prefetch_windows = 2;        // windows decoded ahead of the one being served
+  int64_t start_epoch = 0;             // resume point: epoch ...
+  int64_t start_position = 0;          // ... and rows of this rank's slice already delivered
+};
+
+}  // namespace shardmill

@@ -1,0 +1,148 @@
+// Window prefetch: the decode threads that prepare, ahead of the consumer,
+// the windows of the epoch order this rank reads.
+//
+// For each of the next `prefetch_windows` + 1 windows, the threads read the
+// window's row groups (ShardGroups) and arrange this rank's rows of it into
+// contiguous per-column buffers in epoch order (row_placement.h): narrow
+// rows are gathered in parts of ~kArrangePartBytes once the window is
+// decoded, wide rows are scattered as each group's pages are decompressed.
+// The consumer waits only for the part it reads. Arranged buffers are
+// LargeBuffers from the process-wide cache (pages already faulted in) and go
+// back to it once no batch views the window. Memory: at most about
+// 2 x (prefetch_windows + 1) x window_row_groups x the largest row group,
+// plus that cache, plus the windows batches still view.
+//
+// Threads start in Start(), never in the constructor; Stop() is idempotent
+// and the destructor calls it. A failure on a thread (a Status, or an
+// exception: memory) becomes the Status of its window, which the consumer
+// gets for the batch that needs it.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <arrow/api.h>
+
+#include "epoch_order.h"
+#include "large_buffer.h"
+#include "reader_options.h"
+#include "row_placement.h"
+#include "shard_file.h"
+
+namespace shardmill {
+
+// One window of one epoch as this rank reads it. Once ready through a
+// position (WindowPrefetcher::ReadyWindow) its arranged rows up to there are
+// immutable; the consumer reads only those and the arranged_* bounds.
+struct WindowSlot {
+  WindowSlot(int64_t epoch, int64_t window, std::shared_ptr<const EpochOrder> order)
+      : epoch(epoch), window(window), order(std::move(order)), layout(this->order->Window(window)) {}
+  int64_t epoch;
+  int64_t window;
+  std::shared_ptr<const EpochOrder> order;
+  EpochWindow layout;
+  // Epoch positions [arranged_start, arranged_end): the window clipped to this rank's slice.
+  int64_t arranged_start = 0;
+  int64_t arranged_end = 0;
+  // Per column, this rank's rows of the window in epoch order, and their
+  // global record indices: batches are views into these (the slot, which
+  // owns them, lives as long as any batch viewing it).
+  std::vector<LargeBuffer> arranged;
+  LargeBuffer arranged_index;  // int64 global record index per row
+
+  // Prefetch state, guarded by the prefetcher's mutex.
+  std::vector<std::shared_ptr<DecodedGroup>> groups;  // gathered rows only; released once arranged
+  int64_t parts = 0;                                  // arrange tasks
+  std::vector<char> part_done;
+  int64_t decode_pending = 0;
+  int64_t arrange_pending = 0;
+  arrow::Status status;
+
+  int64_t PartBegin(int64_t part) const { return (arranged_end - arranged_start) * part / parts; }
+  // The part holding epoch position `position` (arranged_start <= position < arranged_end).
+  int64_t PartOf(int64_t position) const;
+  // The first epoch position after the part holding `position`.
+  int64_t PartEnd(int64_t position) const { return arranged_start + PartBegin(PartOf(position) + 1); }
+  // Readable at positions first..last: decoded and their parts arranged, or failed.
+  bool ReadyThrough(int64_t first, int64_t last) const;
+};
+
+class WindowPrefetcher {
+ public:
+  // Prepares the windows of [rank_start, rank_end) of each epoch (this
+  // rank's slice) from `groups`, with the options' seed, shuffle, window,
+  // thread and prefetch settings. Starts nothing.
+  WindowPrefetcher(const ReaderOptions& options, std::shared_ptr<const DatasetLayout> layout,
+                   std::unique_ptr<ShardGroups> groups, int64_t rank_start, int64_t rank_end);
+  ~WindowPrefetcher();
+  WindowPrefetcher(const WindowPrefetcher&) = delete;
+  WindowPrefetcher& operator=(const WindowPrefetcher&) = delete;
+
+  // Starts the decode threads at the consumer's resume point (idempotent while started).
+  arrow::Status Start(int64_t epoch, int64_t position);
+  void Stop();
+
+  // The window holding epoch position `first` of `epoch` (positions of the
+  // epoch, not of the rank's slice), once its rows first..min(last, its
+  // end - 1) are arranged: blocks until then. Windows before it are dropped.
+  arrow::Result<std::shared_ptr<const WindowSlot>> ReadyWindow(int64_t epoch, int64_t first, int64_t last);
+
+ private:
+  // Decode row group `index` of the slot's window, or arrange part `index` of it.
+  struct Task {
+    std::shared_ptr<WindowSlot> slot;
+    bool arrange = false;
+    int64_t index = 0;
+  };
+
+  void ScheduleLocked();
+  void WorkerLoop();
+  void RunArrange(const Task& task);
+  void RunDecode(const Task& task, ShardGroups::Handles* handles);
+  // Copies the rows of part `part` of the slot's arranged range to their place.
+  void ArrangePart(WindowSlot& slot, int64_t part) const;
+  // Decodes group `index` of the slot's window and copies the rows this
+  // rank reads to their places in the slot's arranged buffers (wide rows).
+  arrow::Status ScatterGroup(const WindowSlot& slot, int64_t index, ShardGroups::Handles* handles) const;
+  std::shared_ptr<const EpochOrder> OrderFor(int64_t epoch);
+  // Wide rows are scattered to their places as each group is decoded
+  // (no arrange tasks); narrow ones gathered per part.
+  bool ScatterRows() const { return row_bytes_ >= kScatterMinRowBytes; }
+
+  // Bytes of selected columns per arrange task: 1.6 MB is 16k rows of 100 B
+  // but only ~200 lc0 frames, whose whole window (4k frames, 33 MB) as one
+  // part made the first batch after a restore wait for all of it (13.6 ms).
+  static constexpr int64_t kArrangePartBytes = 1600 * 1024;
+
+  const int64_t num_epochs_;
+  const uint64_t seed_;
+  const bool shuffle_;
+  const int64_t window_row_groups_;
+  const int num_threads_;
+  const int64_t prefetch_windows_;
+  const std::shared_ptr<const DatasetLayout> layout_;
+  const std::unique_ptr<ShardGroups> groups_;
+  const int64_t rank_start_;
+  const int64_t rank_end_;
+  int64_t row_bytes_ = 0;  // of all selected columns
+
+  std::mutex mutex_;
+  std::condition_variable work_ready_;
+  std::condition_variable group_done_;
+  std::deque<std::shared_ptr<WindowSlot>> slots_;  // windows in consumption order
+  std::deque<Task> tasks_;
+  int64_t resume_epoch_ = 0;     // the consumer's position at Start(): the first window ...
+  int64_t resume_position_ = 0;  // ... holds this row of the rank's slice of that epoch
+  int64_t next_epoch_ = 0;   // next window to schedule ...
+  int64_t next_window_ = 0;  // ... within that epoch (-1: find the first)
+  std::shared_ptr<const EpochOrder> order_cache_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace shardmill
