@@ -1,7 +1,8 @@
 """Atomic output through Beam's FileSystems (local, gs://, s3://).
 
 A file is written under a temporary name beside its final path and renamed
-into place, so a reader never sees a half-written file (DESIGN.md rule 4).
+into place, so a reader never sees a half-written file (ARCHITECTURE.md,
+rule "writes are atomic").
 """
 
 from __future__ import annotations

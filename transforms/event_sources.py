@@ -1,4 +1,4 @@
-"""Event-log sources for label sampling (issue 5): Parquet, CSV/TSV, JSON lines.
+"""Event-log sources for label sampling: Parquet, CSV/TSV, JSON lines.
 
 `read_events(path, ...)` reads one partition (a whole file) into an Arrow
 table with every input column, plus the boolean target mask, and returns

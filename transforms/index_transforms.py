@@ -1,7 +1,8 @@
 """Stages 1-2 as PTransforms: discover chunk files, index them.
 
-Elements are batches, never single chunks (DESIGN.md rule 1): discovery emits
-lists of (path, size) holding up to a file-count or byte budget, and indexing
+Elements are batches, never single chunks (ARCHITECTURE.md, rule "batches,
+not records"): discovery emits lists of (path, size) holding up to a
+file-count or byte budget, and indexing
 emits one pyarrow Table (INDEX_SCHEMA) per such batch, plus one dead-letter
 dict per bad file or chunk on the ERRORS output.
 """

@@ -1,7 +1,7 @@
 """The one random generator of shardmill: a keyed SplitMix64 hash chain.
 
 Every random decision is a pure function of (seed, stream, stable keys)
-(DESIGN.md rule 2), computed as
+(ARCHITECTURE.md, rule "randomness is a pure function"), computed as
 
     h = mix64(seed ^ stream)
     for word in words: h = mix64(h ^ word)

@@ -1,4 +1,4 @@
-"""One event partition through label sampling to per-shard record batches (issue 5).
+"""One event partition through label sampling to per-shard record batches.
 
 Plain pyarrow/numpy: the Beam transforms in pipelines/label_job.py call these
 per partition. Emitted rows keep every input column and gain `_partition`

@@ -1,8 +1,9 @@
-"""Label sampling kernels: keep every target, a fixed ratio of non-targets (issue 5).
+"""Label sampling kernels: keep every target, a fixed ratio of non-targets.
 
 Plain Python/numpy over one partition's labels in record order. Randomness is
-keyed (DESIGN.md rule 2): reservoir draws by (seed, partition key, gap,
-draw counter), EXACT priorities by (seed, partition key, record index).
+keyed (ARCHITECTURE.md, rule "randomness is a pure function"): reservoir
+draws by (seed, partition key, gap, draw counter), EXACT priorities by (seed,
+partition key, record index).
 
 ITERATIVE: a reservoir of size round(ratio) collects the non-targets since
 the last target; a target emits the reservoir (in record order), then

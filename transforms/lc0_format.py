@@ -1,4 +1,4 @@
-"""Leela Chess Zero training-record formats (facts from DESIGN.md).
+"""Leela Chess Zero training-record formats (ARCHITECTURE.md, "Formats").
 
 A record is a little-endian struct whose first 4 bytes hold its version; the
 version fixes the record size. Only V6 has its full layout spelled out here

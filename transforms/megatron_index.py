@@ -1,6 +1,6 @@
-"""Megatron indexed datasets (`.idx`/`.bin`) and Megatron's GPT-dataset index arrays (issue 6).
+"""Megatron indexed datasets (`.idx`/`.bin`) and Megatron's GPT-dataset index arrays.
 
-Format (DESIGN.md): `.idx` = magic `MMIDIDX\\x00\\x00`, u64 version (1), u8
+Format (ARCHITECTURE.md, "Formats"): `.idx` = magic `MMIDIDX\\x00\\x00`, u64 version (1), u8
 dtype code, u64 sequence count S, u64 document-index length D, i32[S]
 lengths, i64[S] byte pointers into `.bin`, i64[D] document indices. `.bin` is
 raw tokens. Everything is validated; problems raise IndexedDatasetError
