@@ -1,0 +1,91 @@
+"""Two builds of the reader, paired: rows/s of build A and build B, alternating.
+
+For a change to the native reader: install the build before the change into
+a directory of its own (a copy of the installed `shardmill` package), then
+compare it with the installed build. Each round runs A then B, each in a
+fresh process reading the same shards (rank 0 of 2, shuffled, 256-row
+batches, best of 3 passes); the figure that matters is the median of the
+per-round ratios B/A, which the machine's noise affects far less than two
+separate runs. Datasets: 8356 B frames of id-derived bytes (decode is mostly
+copying) and real V6 records (decode-bound), windows of 1 and 8 row groups.
+
+    cp -r .venv/lib/python3.11/site-packages/shardmill /tmp/before/   # before the change
+    python benchmarks/bench_reader_ab.py --a-path /tmp/before [--rounds 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from tests.datagen.lc0 import shuffled_v6_frames  # noqa: E402
+from tests.datagen.shards import frame_bytes, write_output  # noqa: E402
+
+READ_ONE = """
+import json, sys, time
+from shardmill.native_ext import ShardReader
+directory, window = sys.argv[1], int(sys.argv[2])
+rates = []
+for _ in range(3):
+    start, rows = time.perf_counter(), 0
+    with ShardReader(directory, 256, ["frame"], shard_index=0, shard_count=2, seed=1,
+                     window_row_groups=window) as reader:
+        for batch in reader:
+            rows += len(batch["frame"])
+    rates.append(rows / (time.perf_counter() - start))
+print(json.dumps(max(rates)))
+"""
+
+
+def rows_per_s(python_path: str | None, directory: str, window: int) -> float:
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    if python_path:
+        env["PYTHONPATH"] = python_path
+    else:
+        env.pop("PYTHONPATH", None)
+    out = subprocess.run([sys.executable, "-c", READ_ONE, directory, str(window)], env=env, check=True,
+                         capture_output=True, text=True, cwd=tempfile.gettempdir())
+    return float(out.stdout.strip())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--a-path", required=True, help="PYTHONPATH holding build A's shardmill package")
+    parser.add_argument("--b-path", default=None, help="PYTHONPATH of build B (default: the installed one)")
+    parser.add_argument("--rounds", type=int, default=6)
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="bench-reader-ab-")
+    atexit.register(shutil.rmtree, work, True)
+    datasets = {"frames_8356B": frame_bytes, "v6_records_8356B": shuffled_v6_frames()}
+    for name, frames in datasets.items():
+        write_output(os.path.join(work, name), [60_000] * 4, row_group_rows=501, width=8356, frames=frames,
+                     nullable=False)
+    report = {}
+    for name in datasets:
+        for window in (1, 8):
+            pairs = []
+            for _ in range(args.rounds):
+                a = rows_per_s(args.a_path, os.path.join(work, name), window)
+                b = rows_per_s(args.b_path, os.path.join(work, name), window)
+                pairs.append((a, b))
+            ratios = [b / a for a, b in pairs]
+            report[f"{name}_window{window}"] = {
+                "a_rows_per_s_median": round(statistics.median(a for a, _ in pairs)),
+                "b_rows_per_s_median": round(statistics.median(b for _, b in pairs)),
+                "b_over_a_per_round": [round(r, 3) for r in ratios],
+                "b_over_a_median": round(statistics.median(ratios), 3),
+            }
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
