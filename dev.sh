@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The two set-up commands of the README:
-#   bash dev.sh demo   create .venv, install shardmill, run the job on the built-in dataset
-#   bash dev.sh test   create .venv, install shardmill with test extras, run the native unit tests and the test suite
+#   bash dev.sh demo   create .venv, install shardmill with the job's extras, run the job on the built-in dataset
+#   bash dev.sh test   create .venv, install shardmill with the job's and the tests' extras, run the native unit
+#                      tests and the test suite
 # Both work on a fresh clone with only Python (>= 3.10), pip, a C++ compiler and CMake.
 # And for the native code:
 #   bash dev.sh asan   the extension and its C++ unit tests under AddressSanitizer (.venv-asan), then the
@@ -11,10 +12,11 @@ cd "$(dirname "$0")"
 VENV="${SHARDMILL_VENV:-.venv}"
 PY="$VENV/bin/python"
 
-install() {
+install() {  # $1: the extras, then extra pip arguments
+  local extras="$1"; shift
   [ -x "$PY" ] || python3 -m venv "$VENV"
-  echo "installing shardmill into $VENV (builds the native extension; about a minute)..." >&2
-  "$PY" -m pip install --quiet --disable-pip-version-check ".[test]" "$@"
+  echo "installing shardmill[$extras] into $VENV (builds the native extension; about a minute)..." >&2
+  "$PY" -m pip install --quiet --disable-pip-version-check ".[$extras]" "$@"
 }
 
 native_unit_tests() {  # $1: build directory, then extra CMake definitions
@@ -27,7 +29,7 @@ native_unit_tests() {  # $1: build directory, then extra CMake definitions
 
 case "${1:-}" in
   demo)
-    install
+    install job,plot
     if [ ! -d data/default ]; then
       "$PY" -m tests.datagen.lc0 data/default
     fi
@@ -35,7 +37,7 @@ case "${1:-}" in
     "$VENV/bin/shardmill" inspect out/demo --plot out/demo-charts.png
     ;;
   test)
-    install
+    install job,plot,test
     mkdir -p build
     native_unit_tests build/native-tests
     # Tests import the installed shardmill (the repository has no shardmill/ folder).
@@ -43,7 +45,7 @@ case "${1:-}" in
     ;;
   asan)
     VENV=.venv-asan PY=.venv-asan/bin/python
-    install --config-settings=cmake.define.SHARDMILL_SANITIZE=address \
+    install job,plot,test --config-settings=cmake.define.SHARDMILL_SANITIZE=address \
       --config-settings=build-dir=build/asan-{wheel_tag}
     mkdir -p build
     native_unit_tests build/native-tests-asan -DSHARDMILL_SANITIZE=address

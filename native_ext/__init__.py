@@ -1,28 +1,33 @@
 """Python API of shardmill's native (C++) extension.
 
 The extension links the Arrow and Parquet libraries shipped inside the pinned
-pyarrow wheel, so pyarrow is imported first: that loads exactly those shared
-libraries into the process before the extension needs them.
+pyarrow wheel, so it runs only with exactly that pyarrow: the version is
+checked first (from the build's facts, plain Python), then pyarrow is
+imported, which loads exactly those shared libraries into the process before
+the extension needs them.
 """
 
-import pyarrow as _pyarrow  # noqa: F401  (loads libarrow/libparquet first)
+import pyarrow as _pyarrow
 
-from shardmill.native_ext._native import (BUILT_AGAINST_PYARROW, NativeError, cached_memory_bytes, release_cached_memory,
-                                          self_check)
+from shardmill.native_ext._build_info import BUILT_AGAINST_PYARROW
 
 __all__ = ["BUILT_AGAINST_PYARROW", "NativeError", "OutputError", "ShardReader", "cached_memory_bytes",
            "check_pyarrow_match", "load_manifest", "release_cached_memory", "self_check"]
 
 
-def check_pyarrow_match() -> None:
-    """Raises ImportError if the running pyarrow differs from the one built against."""
-    if _pyarrow.__version__ != BUILT_AGAINST_PYARROW:
+def check_pyarrow_match(installed: str | None = None) -> None:
+    """Raises ImportError if the running pyarrow differs from the one the extension was built against."""
+    installed = installed or _pyarrow.__version__
+    if installed != BUILT_AGAINST_PYARROW:
         raise ImportError(
-            f"shardmill.native_ext was built against pyarrow {BUILT_AGAINST_PYARROW} "
-            f"but pyarrow {_pyarrow.__version__} is installed; reinstall shardmill"
+            f"shardmill's native reader was built against pyarrow {BUILT_AGAINST_PYARROW}, whose Arrow "
+            f"libraries it links, but pyarrow {installed} is installed: "
+            f"pip install pyarrow=={BUILT_AGAINST_PYARROW}"
         )
 
 
 check_pyarrow_match()
 
+from shardmill.native_ext._native import (NativeError, cached_memory_bytes, release_cached_memory,  # noqa: E402
+                                          self_check)
 from shardmill.native_ext.reader import OutputError, ShardReader, load_manifest  # noqa: E402

@@ -5,13 +5,16 @@ Subcommands:
   run              the sampling job: chunks in, shuffled Parquet shards + manifest out
   inspect DIR      print an output directory's manifest summary (and charts)
 
-Arguments the subcommand does not know are Beam pipeline options
-(e.g. --direct_running_mode=multi_processing --direct_num_workers=2).
+Options a subcommand does not know must be Beam pipeline options
+(e.g. --direct_running_mode=multi_processing --direct_num_workers=2);
+anything else is refused, with the nearest known option. -v and -q work
+before or after the subcommand.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
 import signal
@@ -34,6 +37,10 @@ MAX_ERRORS_SHOWN = 20
 EXIT_OK, EXIT_ERROR_BUDGET, EXIT_BAD_INVOCATION, EXIT_FAILED = 0, 1, 2, 3
 
 
+class UsageError(ValueError):
+    """A command line that names an option neither shardmill nor Beam knows."""
+
+
 def _is_bad_invocation(err: BaseException) -> bool:
     """Raised before any work: a bad config, input or output (ValueErrors: ConfigError, InputError,
     OutputPathError, OutputExistsError, IndexedDatasetError, OutputError), or an output in use.
@@ -43,9 +50,9 @@ def _is_bad_invocation(err: BaseException) -> bool:
     return isinstance(err, (ValueError, ClaimHeldError))
 
 
-def _add_count_parser(subparsers) -> None:
+def _add_count_parser(subparsers, common) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "count",
+        "count", parents=[common],
         help="index lc0 chunk files (.tar archives, .gz chunks) and report what they hold",
         description="Runs discovery and indexing (stages 1-2) and prints sources, chunks, records, "
         "errors and a histogram of records per chunk. Unknown options go to Beam.",
@@ -62,6 +69,7 @@ def _add_count_parser(subparsers) -> None:
     p.add_argument("--index-out", help="write the chunk index here as Parquet")
     p.add_argument("--errors-out", help="write the dead letters here as JSON lines")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    return p
 
 
 def _count(args, beam_args) -> int:
@@ -104,9 +112,9 @@ def _count(args, beam_args) -> int:
     return 0
 
 
-def _add_run_parser(subparsers) -> None:
+def _add_run_parser(subparsers, common) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "run",
+        "run", parents=[common],
         help="sample lc0 chunks into globally shuffled Parquet shards",
         description="Runs the whole job (index, plan, load, shuffle, write, commit). Unknown options go "
         "to Beam (e.g. --runner, --direct_running_mode=multi_processing --direct_num_workers=2).",
@@ -121,6 +129,7 @@ def _add_run_parser(subparsers) -> None:
                    help="take over an output whose claim is stale (a run that crashed on another host)")
     p.add_argument("--dry-run", action="store_true",
                    help="validate, build and serialize the pipeline graph, print it; run nothing")
+    return p
 
 
 def _run(args, beam_args) -> int:
@@ -164,11 +173,12 @@ def _run(args, beam_args) -> int:
     return 0
 
 
-def _add_inspect_parser(subparsers) -> None:
-    p = subparsers.add_parser("inspect", help="print an output directory's manifest summary")
+def _add_inspect_parser(subparsers, common) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("inspect", parents=[common], help="print an output directory's manifest summary")
     p.add_argument("output_dir")
     p.add_argument("--plot", help="also draw use-count and acceptance-vs-length charts to this PNG")
     p.add_argument("--json", action="store_true", help="print the manifest's stats as JSON")
+    return p
 
 
 def _inspect(args, beam_args) -> int:
@@ -200,24 +210,81 @@ def _interrupt(signum, _frame):
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Exit codes: 0 ok, 1 error budget exceeded, 2 bad invocation/config/input/output, 3 failed run."""
-    parser = argparse.ArgumentParser(prog="shardmill", description=__doc__.splitlines()[0])
-    parser.add_argument("-v", "--verbose", action="store_true", help="log Beam's progress too")
-    subparsers = parser.add_subparsers(dest="command", required=True)
-    _add_count_parser(subparsers)
-    _add_run_parser(subparsers)
-    _add_inspect_parser(subparsers)
-    args, beam_args = parser.parse_known_args(argv)
-    # force: importing Beam installed a root handler already, which would make basicConfig do nothing.
+def _add_verbosity(parser: argparse.ArgumentParser, default) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("-v", "--verbose", action="store_true", default=default,
+                       help="log Beam's progress too, and show tracebacks")
+    group.add_argument("-q", "--quiet", action="store_true", default=default,
+                       help="only warnings, errors and the final summary")
+
+
+def _configure_logging(verbose: bool, quiet: bool) -> None:
+    # force: importing Beam installs a root handler, which would make basicConfig do nothing.
     logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
+        level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%Y-%m-%d %H:%M:%S",
         force=True,
     )
-    logging.getLogger("shardmill").setLevel(logging.INFO)
-    if not args.verbose:  # a failed run ends with one line of ours; Beam's traceback of it only with -v
-        logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
+    logging.getLogger("shardmill").setLevel(logging.WARNING if quiet else logging.INFO)
+    # A failed run ends with one line of ours; Beam's traceback of it only with -v.
+    logging.getLogger("apache_beam").setLevel(logging.NOTSET if verbose else logging.CRITICAL)
+
+
+def _beam_option_parser() -> argparse.ArgumentParser:
+    """Every pipeline option Beam knows, parsed the way Beam parses them."""
+    from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
+
+    parser = _BeamArgumentParser(allow_abbrev=False)
+    for cls in {str(c): c for c in PipelineOptions.__subclasses__()}.values():
+        cls._add_argparse_args(parser)
+    return parser
+
+
+def _check_extra_options(command: str, extra: list[str], subparser: argparse.ArgumentParser) -> None:
+    """Only real Beam options pass through to Beam: a typo of ours (`--outptu`) is refused, not
+    dropped with a warning while the run goes on with the config's values."""
+    if not extra:
+        return
+    known: list[str] = list(subparser._option_string_actions)
+    unknown = extra
+    if command in ("count", "run"):
+        beam = _beam_option_parser()
+        _, unknown = beam.parse_known_args(extra)
+        known += list(beam._option_string_actions)
+    if not unknown:
+        return
+    flag = next((arg.split("=", 1)[0] for arg in unknown if arg.startswith("-")), unknown[0])
+    close = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    what = "option" if flag.startswith("-") else "argument"
+    takes = " or a Beam pipeline option" if command in ("count", "run") else ""
+    raise UsageError(f"unrecognized {what} {flag!r}: not an option of shardmill {command}{takes}{hint}")
+
+
+def _missing_job_dependency(err: BaseException) -> bool:
+    return isinstance(err, ModuleNotFoundError) and (err.name or "").split(".")[0] in ("apache_beam", "google")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit codes: 0 ok, 1 error budget exceeded, 2 bad invocation/config/input/output, 3 failed run."""
+    from shardmill.transforms.output_contract import shardmill_version
+
+    parser = argparse.ArgumentParser(prog="shardmill", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"shardmill {shardmill_version()}")
+    _add_verbosity(parser, default=False)
+    common = argparse.ArgumentParser(add_help=False)
+    _add_verbosity(common, default=argparse.SUPPRESS)  # after the subcommand too, without resetting
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    commands = {
+        "count": _add_count_parser(subparsers, common),
+        "run": _add_run_parser(subparsers, common),
+        "inspect": _add_inspect_parser(subparsers, common),
+    }
+    args, extra = parser.parse_known_args(argv)
+    if args.verbose and args.quiet:
+        parser.error("-v and -q exclude each other")
+    _configure_logging(args.verbose, args.quiet)
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = {}
     if in_main_thread:
@@ -226,10 +293,15 @@ def main(argv: list[str] | None = None) -> int:
                     if signal.getsignal(sig) is not signal.SIG_IGN}
     unchanged = "; temporary files removed, the previous output (if any) is unchanged" if args.command == "run" else ""
     try:
-        return {"count": _count, "run": _run, "inspect": _inspect}[args.command](args, beam_args)
+        _check_extra_options(args.command, extra, commands[args.command])
+        return {"count": _count, "run": _run, "inspect": _inspect}[args.command](args, extra)
     except BaseException as err:  # a failed run: one line, the traceback only with -v
         if not isinstance(err, Exception) and not _received_signals:
             raise
+        if _missing_job_dependency(err):
+            print(f"shardmill {args.command}: error: the job needs Apache Beam and protobuf, which are not "
+                  f"installed ({err}): pip install 'shardmill[job]'", file=sys.stderr)
+            return EXIT_BAD_INVOCATION
         if not _received_signals and _is_bad_invocation(err):
             print(f"shardmill {args.command}: error: {err}", file=sys.stderr)
             return EXIT_BAD_INVOCATION

@@ -34,6 +34,9 @@ CLAIMS_DIR_NAME = "_claims"  # object stores: one claim object per run (see outp
 STAGING_PREFIX = "_staging-"
 REJECTED_DIR_NAME = "_rejected"
 
+# Parquet key-value metadata of every shard: the shardmill version that wrote it.
+SHARD_VERSION_KEY = "shardmill.version"
+
 SHARD_NAME_RE = re.compile(r"^(?:g(\d{6})-)?shard-(\d{5})-of-(\d{5})\.parquet$")
 GENERATION_DIR_RE = re.compile(r"^_g(\d{6})$")
 

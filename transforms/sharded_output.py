@@ -32,7 +32,7 @@ from apache_beam.transforms.window import GlobalWindows
 
 from shardmill.transforms.atomic_io import write_bytes_atomically
 from shardmill.transforms.manifest import build_manifest, write_dead_letters
-from shardmill.transforms.output_contract import ERRORS_NAME, generation_dir_name
+from shardmill.transforms.output_contract import ERRORS_NAME, SHARD_VERSION_KEY, generation_dir_name, shardmill_version
 from shardmill.transforms.output_lifecycle import RunPaths, write_prepared_manifest
 from shardmill.transforms.spill import read_spilled
 
@@ -63,6 +63,10 @@ class ShardFormat:
 
 
 def encode_shard(table: pa.Table, row_group_rows: int, zstd_level: int, **parquet_options) -> bytes:
+    # The writer's version in the file itself: a shard copied out of its output still says what wrote it.
+    metadata = dict(table.schema.metadata or {})
+    metadata[SHARD_VERSION_KEY.encode()] = shardmill_version().encode()
+    table = table.replace_schema_metadata(metadata)
     sink = io.BytesIO()
     pq.write_table(table, sink, row_group_size=max(1, row_group_rows), compression="zstd",
                    compression_level=zstd_level, **parquet_options)

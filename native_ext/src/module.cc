@@ -14,10 +14,6 @@
 
 namespace py = pybind11;
 
-#ifndef SHARDMILL_PYARROW_VERSION
-#define SHARDMILL_PYARROW_VERSION "unknown"
-#endif
-
 namespace {
 
 using shardmill::ShardReader;
@@ -89,7 +85,6 @@ PYBIND11_MODULE(_native, m) {
   m.doc() = "shardmill native extension: the Arrow/Parquet shard reader core.";
   py::register_exception<shardmill::NativeError>(m, "NativeError", PyExc_RuntimeError);
 
-  m.attr("BUILT_AGAINST_PYARROW") = SHARDMILL_PYARROW_VERSION;
 
   m.def(
       "self_check",

@@ -1,0 +1,115 @@
+"""The command line as users type it: --version, logs, -v/-q anywhere, typos refused, missing extras."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+
+from shardmill.pipelines import cli
+from shardmill.transforms.output_contract import SHARD_VERSION_KEY, shardmill_version
+
+SAMPLED = "chunk_pool { passes: 2 position_count: 4 hanse_sampling_threshold: 100 }\noutput { num_shards: 2 }"
+TIMESTAMPED = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d (INFO|WARNING|ERROR) ", re.MULTILINE)
+
+
+@pytest.fixture()
+def job(lc0_dataset, tmp_path):
+    directory, _ = lc0_dataset
+    config = tmp_path / "job.textproto"
+    config.write_text(f'input: "{directory}"\nseed: 3\nmax_error_fraction: 0.5\n{SAMPLED}\n')
+    return str(config), str(tmp_path / "out")
+
+
+def shardmill(*args, env=None):
+    """The installed console script's entry point in a fresh interpreter (as a user runs it)."""
+    code = "import sys; from shardmill.pipelines.cli import main; sys.exit(main(sys.argv[1:]))"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
+                          timeout=300)
+
+
+def test_version_flag_prints_the_installed_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"shardmill {shardmill_version()}"
+    assert shardmill_version() not in ("", "unknown")
+
+
+@pytest.mark.parametrize("argv, flag, suggestion", [
+    (["--outptu", "/tmp/elsewhere"], "--outptu", "--output"),
+    (["--seeed", "5"], "--seeed", "--seed"),
+    (["--direct_num_workes=2"], "--direct_num_workes", "--direct_num_workers"),
+])
+def test_an_unknown_option_is_refused_with_the_nearest_known_one(job, capsys, argv, flag, suggestion):
+    config, out = job
+    assert cli.main(["run", "--config", config, "--output", out, *argv]) == 2
+    err = capsys.readouterr().err
+    assert f"unrecognized option '{flag}'" in err and f"did you mean {suggestion}?" in err
+    assert not os.path.exists(out)  # refused before anything started
+
+
+def test_inspect_takes_no_beam_options(tmp_path, capsys):
+    assert cli.main(["inspect", str(tmp_path), "--runner=DirectRunner"]) == 2
+    assert "not an option of shardmill inspect" in capsys.readouterr().err
+
+
+def test_real_beam_options_pass_through(job, capsys):
+    config, out = job
+    assert cli.main(["run", "--config", config, "--output", out, "--dry-run",
+                     "--direct_running_mode=multi_processing", "--direct_num_workers=2"]) == 0
+    assert "unrecognized" not in capsys.readouterr().err
+
+
+def test_logs_are_timestamped_and_verbosity_works_before_or_after_the_subcommand(job):
+    config, out = job
+    default = shardmill("run", "--config", config, "--output", out)
+    assert default.returncode == 0, default.stderr
+    assert TIMESTAMPED.search(default.stderr) and "shardmill.pipelines.lc0_job: plan:" in default.stderr
+    assert "apache_beam" not in default.stderr  # Beam's own logs only with -v
+
+    verbose = shardmill("run", "--config", config, "--output", out, "--overwrite", "-v")
+    assert verbose.returncode == 0, verbose.stderr
+    assert re.search(r"^\S+ \S+ INFO apache_beam", verbose.stderr, re.MULTILINE)
+
+    quiet = shardmill("-q", "run", "--config", config, "--output", out, "--overwrite")
+    assert quiet.returncode == 0, quiet.stderr
+    assert " INFO " not in quiet.stderr
+    assert "committed generation 3" in quiet.stdout  # the summary still prints
+
+    both = shardmill("-v", "run", "-q", "--config", config, "--output", out)
+    assert both.returncode == 2 and "exclude each other" in both.stderr
+
+
+def test_without_beam_the_job_says_which_extra_to_install(job):
+    config, out = job
+    code = ("import sys; sys.modules['apache_beam'] = None\n"  # as if apache-beam were not installed
+            "from shardmill.pipelines.cli import main; sys.exit(main(sys.argv[1:]))")
+    result = subprocess.run([sys.executable, "-c", code, "run", "--config", config, "--output", out],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "pip install 'shardmill[job]'" in result.stderr
+
+
+def test_another_pyarrow_is_named_before_the_extension_is_loaded():
+    code = ("import sys, pyarrow; pyarrow.__version__ = '99.0.0'\n"
+            "try:\n    import shardmill.native_ext\n"
+            "except ImportError as err:\n"
+            "    print(err); print('shardmill.native_ext._native' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    message, loaded = result.stdout.strip().splitlines()
+    assert "built against pyarrow" in message and "99.0.0 is installed" in message
+    assert "pip install pyarrow==" in message
+    assert loaded == "False"
+
+
+def test_shards_carry_the_writing_version_in_their_parquet_metadata(job):
+    config, out = job
+    assert cli.main(["-q", "run", "--config", config, "--output", out]) == 0
+    shards = [name for name in os.listdir(out) if name.endswith(".parquet")]
+    assert len(shards) == 2
+    for name in shards:
+        metadata = pq.ParquetFile(os.path.join(out, name)).metadata.metadata
+        assert metadata[SHARD_VERSION_KEY.encode()].decode() == shardmill_version()
