@@ -4,6 +4,7 @@ Subcommands:
   count INPUT...   index lc0 chunk files and report what they hold
   run              the sampling job: chunks in, shuffled Parquet shards + manifest out
   inspect DIR      print an output directory's manifest summary (and charts)
+  submit           the job on Dataflow or a Flink cluster (wheel built, runner validated)
 
 Options a subcommand does not know must be Beam pipeline options
 (e.g. --direct_running_mode=multi_processing --direct_num_workers=2);
@@ -173,6 +174,24 @@ def _run(args, beam_args) -> int:
     return 0
 
 
+def _add_submit_parser(subparsers, common) -> argparse.ArgumentParser:
+    from shardmill.pipelines import submit
+
+    p = subparsers.add_parser(
+        "submit", parents=[common],
+        help="submit the job to Google Cloud Dataflow or a Flink cluster",
+        description=submit.__doc__.split("\n\n")[1].replace("\n", " "),
+    )
+    submit.add_arguments(p)
+    return p
+
+
+def _submit(args, beam_args) -> int:
+    from shardmill.pipelines import submit
+
+    return submit.submit(args, beam_args)
+
+
 def _add_inspect_parser(subparsers, common) -> argparse.ArgumentParser:
     p = subparsers.add_parser("inspect", parents=[common], help="print an output directory's manifest summary")
     p.add_argument("output_dir")
@@ -248,7 +267,7 @@ def _check_extra_options(command: str, extra: list[str], subparser: argparse.Arg
         return
     known: list[str] = list(subparser._option_string_actions)
     unknown = extra
-    if command in ("count", "run"):
+    if command in ("count", "run", "submit"):
         beam = _beam_option_parser()
         _, unknown = beam.parse_known_args(extra)
         known += list(beam._option_string_actions)
@@ -258,7 +277,7 @@ def _check_extra_options(command: str, extra: list[str], subparser: argparse.Arg
     close = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
     hint = f"; did you mean {close[0]}?" if close else ""
     what = "option" if flag.startswith("-") else "argument"
-    takes = " or a Beam pipeline option" if command in ("count", "run") else ""
+    takes = " or a Beam pipeline option" if command in ("count", "run", "submit") else ""
     raise UsageError(f"unrecognized {what} {flag!r}: not an option of shardmill {command}{takes}{hint}")
 
 
@@ -280,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         "count": _add_count_parser(subparsers, common),
         "run": _add_run_parser(subparsers, common),
         "inspect": _add_inspect_parser(subparsers, common),
+        "submit": _add_submit_parser(subparsers, common),
     }
     args, extra = parser.parse_known_args(argv)
     if args.verbose and args.quiet:
@@ -294,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     unchanged = "; temporary files removed, the previous output (if any) is unchanged" if args.command == "run" else ""
     try:
         _check_extra_options(args.command, extra, commands[args.command])
-        return {"count": _count, "run": _run, "inspect": _inspect}[args.command](args, extra)
+        return {"count": _count, "run": _run, "inspect": _inspect, "submit": _submit}[args.command](args, extra)
     except BaseException as err:  # a failed run: one line, the traceback only with -v
         if not isinstance(err, Exception) and not _received_signals:
             raise
