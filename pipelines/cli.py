@@ -92,7 +92,8 @@ def _count(args, beam_args) -> int:
     from shardmill.pipelines.count_job import run_count  # Beam graph code, imported on use
 
     result = run_count(
-        patterns, method, config.index.lc0_version, PipelineOptions(beam_args), args.index_out, args.errors_out,
+        patterns, method, config.index.lc0_version, PipelineOptions(_local_worker_logs(beam_args, args.verbose)),
+        args.index_out, args.errors_out,
         config.index.max_chunk_bytes,
     )
     if args.json:
@@ -157,18 +158,22 @@ def _run(args, beam_args) -> int:
     if args.dry_run:
         print(run_lib.dry_run(config, PipelineOptions(beam_args)))
         return 0
+    beam_args = _local_worker_logs(beam_args, args.verbose)
     kind = job_kind(config)
     inputs = kind.inputs(config)
     started = time.monotonic()
     print(f"shardmill run: {kind.name} job, {len(inputs)} input pattern(s) -> {config.output.path}", flush=True)
+    counters: dict[str, int] = {}
     try:
         manifest = run_lib.run_job(config, inputs, config.output.path, PipelineOptions(beam_args),
-                                   break_claim=args.break_claim)
+                                   break_claim=args.break_claim, counters=counters)
     except run_lib.ErrorBudgetExceeded as err:
         print(kind.render_summary(err.manifest))
         print(f"shardmill run: error: {err}", file=sys.stderr)
         return EXIT_ERROR_BUDGET
     print(kind.render_summary(manifest))
+    if counters:
+        print("counters  " + ", ".join(f"{name} {value:,}" for name, value in counters.items()))
     print(f"shardmill run: committed generation {manifest['generation']} to {config.output.path} "
           f"in {time.monotonic() - started:.1f} s")
     return 0
@@ -279,6 +284,19 @@ def _check_extra_options(command: str, extra: list[str], subparser: argparse.Arg
     what = "option" if flag.startswith("-") else "argument"
     takes = " or a Beam pipeline option" if command in ("count", "run", "submit") else ""
     raise UsageError(f"unrecognized {what} {flag!r}: not an option of shardmill {command}{takes}{hint}")
+
+
+def _local_worker_logs(beam_args: list[str], verbose: bool) -> list[str]:
+    """Worker processes of a local run log at INFO by default, each line outside our format: only
+    their warnings, unless -v or the user chose a level."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from shardmill.pipelines.runner import is_local_run
+
+    chosen = any(arg.startswith("--default_sdk_harness_log_level") for arg in beam_args)
+    if verbose or chosen or not is_local_run(PipelineOptions(beam_args)):
+        return beam_args
+    return [*beam_args, "--default_sdk_harness_log_level=WARNING"]
 
 
 def _missing_job_dependency(err: BaseException) -> bool:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
 import tempfile
 import time
 
@@ -12,7 +14,7 @@ import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from shardmill.pipelines.runner import make_pipeline
+from shardmill.pipelines.runner import is_local_run, make_pipeline
 from shardmill.transforms.atomic_io import write_bytes_atomically, write_parquet_atomically
 from shardmill.transforms.chunk_index import INDEX_SCHEMA
 from shardmill.transforms.gzip_chunks import DEFAULT_MAX_CHUNK_BYTES
@@ -24,6 +26,7 @@ from shardmill.transforms.index_transforms import (
     IndexChunkFiles,
 )
 from shardmill.transforms.manifest import write_dead_letters
+from shardmill.transforms.progress import ProgressPrinter
 
 
 def sort_index(tables: list[pa.Table]) -> pa.Table:
@@ -50,10 +53,11 @@ class CountResult:
 
 
 def index_inputs(pipeline, patterns: list[str], count_method: str, expected_version: int,
-                 max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES):
+                 max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES, progress_dir: str | None = None):
     """Stages 1-2 on a pipeline: a dict of "index" (tables), ERRORS and SOURCE_STATS of both stages."""
     found = pipeline | "Discover" >> DiscoverFiles(patterns)
-    indexed = found["batches"] | "IndexChunks" >> IndexChunkFiles(count_method, expected_version, max_chunk_bytes)
+    indexed = found["batches"] | "IndexChunks" >> IndexChunkFiles(count_method, expected_version, max_chunk_bytes,
+                                                                     progress_dir)
     return {
         "index": indexed["index"],
         ERRORS: (found[ERRORS], indexed[ERRORS]) | "DiscoverAndIndexErrors" >> beam.Flatten(),
@@ -76,23 +80,30 @@ def run_count(
     errors_path = errors_out or f"{work_dir}/errors.jsonl"
     summary_path = f"{work_dir}/summary.json"
     started = time.monotonic()
-    with make_pipeline(options) as p:
-        outputs = index_inputs(p, patterns, count_method, expected_version, max_chunk_bytes)
-        tables, dead, stats = outputs["index"], outputs[ERRORS], outputs[SOURCE_STATS]
-        _ = tables | "AllTables" >> beam.combiners.ToList() | "WriteIndex" >> beam.Map(write_index, index_path)
-        _ = dead | "AllErrors" >> beam.combiners.ToList() | "WriteErrors" >> beam.Map(
-            lambda dead_letters, path: write_dead_letters(path, dead_letters), errors_path
-        )
-        _ = (
-            (
-                tables | "SummarizeTables" >> beam.Map(IndexSummary.of_table),
-                dead | "SummarizeErrors" >> beam.Map(IndexSummary.of_dead_letter),
-                stats | "SummarizeSources" >> beam.Map(IndexSummary.of_source_stats),
+    progress_dir = f"{work_dir}/progress" if is_local_run(options) else None
+    with contextlib.ExitStack() as progress_running:
+        if progress_dir:
+            os.makedirs(progress_dir)
+            progress = ProgressPrinter(progress_dir)
+            progress.start()
+            progress_running.callback(progress.stop)  # after the pipeline has run (it runs on leaving `with p`)
+        with make_pipeline(options) as p:
+            outputs = index_inputs(p, patterns, count_method, expected_version, max_chunk_bytes, progress_dir)
+            tables, dead, stats = outputs["index"], outputs[ERRORS], outputs[SOURCE_STATS]
+            _ = tables | "AllTables" >> beam.combiners.ToList() | "WriteIndex" >> beam.Map(write_index, index_path)
+            _ = dead | "AllErrors" >> beam.combiners.ToList() | "WriteErrors" >> beam.Map(
+                lambda dead_letters, path: write_dead_letters(path, dead_letters), errors_path
             )
-            | "AllSummaries" >> beam.Flatten()
-            | "Merge" >> beam.CombineGlobally(MergeIndexSummaries())
-            | "WriteSummary" >> beam.Map(write_summary, summary_path)
-        )
+            _ = (
+                (
+                    tables | "SummarizeTables" >> beam.Map(IndexSummary.of_table),
+                    dead | "SummarizeErrors" >> beam.Map(IndexSummary.of_dead_letter),
+                    stats | "SummarizeSources" >> beam.Map(IndexSummary.of_source_stats),
+                )
+                | "AllSummaries" >> beam.Flatten()
+                | "Merge" >> beam.CombineGlobally(MergeIndexSummaries())
+                | "WriteSummary" >> beam.Map(write_summary, summary_path)
+            )
     seconds = time.monotonic() - started
     with FileSystems.open(summary_path) as f:
         summary = IndexSummary.from_dict(json.loads(f.read()))

@@ -8,7 +8,6 @@ spill their records per shard. WriteShardedOutput does the rest.
 from __future__ import annotations
 
 import logging
-import time
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -24,6 +23,7 @@ from shardmill.transforms.job_plan import (GlobalDecisions, OutputParams, decide
 from shardmill.transforms.keyed_hash import fingerprint
 from shardmill.transforms.manifest import accounting
 from shardmill.transforms.output_lifecycle import RunPaths
+from shardmill.transforms.progress import ProgressLog
 from shardmill.transforms.shard_writer import LC0_PARQUET_OPTIONS, shard_table
 from shardmill.transforms.sharded_output import ShardFormat
 from shardmill.transforms.spill import write_spill
@@ -56,12 +56,9 @@ class _LoadTasksFn(beam.DoFn):
 
     def __init__(self, paths: RunPaths):
         self._paths = paths
+        self._progress = ProgressLog(paths.progress_dir)
         self._records = Metrics.counter("shardmill.load", "records")
         self._errors = Metrics.counter("shardmill.load", "errors")
-
-    def setup(self):
-        self._started = self._last_log = time.monotonic()
-        self._done_records = self._done_tasks = 0
 
     def process(self, task):
         loaded = load_task(task)
@@ -78,13 +75,7 @@ class _LoadTasksFn(beam.DoFn):
         self._paths.check_live()
         yield from write_spill(f"{self._paths.spill_dir}/{name}", loaded.batches)
         self._records.inc(loaded.records_written)
-        self._done_records += loaded.records_written
-        self._done_tasks += 1
-        now = time.monotonic()
-        if now - self._last_log >= 10:
-            self._last_log = now
-            _LOG.info("loaded %d read tasks, %d records (%.0f records/s on this worker)", self._done_tasks,
-                      self._done_records, self._done_records / (now - self._started))
+        self._progress.record("load", tasks=1, records=loaded.records_written)
 
 
 def _record(decisions: GlobalDecisions) -> dict:
@@ -119,7 +110,7 @@ class Lc0Job(beam.PTransform):
     def expand(self, pbegin):
         params, output = self._params, self._output
         indexed = index_inputs(pbegin, self._inputs, self._count_method, self._expected_version,
-                               self._max_chunk_bytes)
+                               self._max_chunk_bytes, self._paths.progress_dir)
         tables = indexed["index"]
         decisions = (
             tables
@@ -132,7 +123,8 @@ class Lc0Job(beam.PTransform):
             planned
             | "PlannedRecords" >> beam.Map(lambda table: table.records_planned)
             | "TotalPlanned" >> beam.CombineGlobally(sum)
-            | "NumShards" >> beam.Map(_num_shards, beam.pvalue.AsSingleton(decisions), output)
+            | "NumShards" >> beam.Map(_num_shards, beam.pvalue.AsSingleton(decisions), output,
+                                      ProgressLog(self._paths.progress_dir))
         )
         loaded = (
             planned
@@ -158,8 +150,10 @@ class Lc0Job(beam.PTransform):
         }
 
 
-def _num_shards(records_planned: int, decisions: GlobalDecisions, output: OutputParams) -> int:
+def _num_shards(records_planned: int, decisions: GlobalDecisions, output: OutputParams,
+                progress: ProgressLog) -> int:
     num_shards = num_shards_for(records_planned, decisions.record_size, output)
+    progress.record("load", total_records=records_planned)
     _LOG.info("plan: %s records, %.1f MiB of output in %d shard(s)", f"{records_planned:,}",
               records_planned * decisions.record_size / 2**20, num_shards)
     return num_shards

@@ -26,10 +26,12 @@ from google.protobuf import text_format
 
 from shardmill.pipelines.config import JobConfig
 from shardmill.pipelines.jobs import job_kind
-from shardmill.pipelines.runner import local_runner, make_pipeline
+from shardmill.pipelines.runner import counter_values, is_local_run, local_runner, make_pipeline
 from shardmill.transforms import output_lifecycle as lifecycle
 from shardmill.transforms.output_claim import OutputClaim
+from shardmill.transforms.discovery import is_local
 from shardmill.transforms.output_lifecycle import OutputExistsError, RunPaths  # noqa: F401  (re-exported)
+from shardmill.transforms.progress import ProgressPrinter
 from shardmill.transforms.sharded_output import WriteShardedOutput
 
 _LOG = logging.getLogger(__name__)
@@ -117,8 +119,11 @@ def _cannot_write(output_dir: str, err: OSError) -> lifecycle.OutputPathError:
 
 
 def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: PipelineOptions, *,
-            break_claim: bool = False, run_id: str | None = None) -> dict:
+            break_claim: bool = False, run_id: str | None = None, counters: dict | None = None) -> dict:
     """Runs the job into output_dir and returns the manifest it committed.
+
+    A local run logs a progress line per stage while it runs; `counters`, if
+    given, receives shardmill's Beam counters of the finished pipeline.
 
     Raises OutputPathError / OutputExistsError / ClaimHeldError before any
     work, ErrorBudgetExceeded after the run (nothing committed), and lets
@@ -140,17 +145,27 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
         for note in notes:
             _LOG.warning("%s", note)
         claim.start_heartbeat()
-        paths = RunPaths(output_dir, claim.info.run_id, (committed.generation if committed else 0) + 1)
+        paths = RunPaths(output_dir, claim.info.run_id, (committed.generation if committed else 0) + 1,
+                         report_progress=is_local_run(options) and is_local(output_dir) and "://" not in output_dir)
         try:
             lifecycle.start_staging(paths, claim.info.to_bytes())
         except OSError as err:
             raise _cannot_write(output_dir, err) from None
         p = make_pipeline(options)
         build_graph(p, config, inputs, paths)
+        progress = ProgressPrinter(paths.progress_dir) if paths.progress_dir else None
         try:
-            p.run().wait_until_finish()
+            if progress:
+                progress.start()
+            result = p.run()
+            result.wait_until_finish()
         except Exception as err:
             raise RunFailed(err) from err
+        finally:
+            if progress:
+                progress.stop()
+        if counters is not None:
+            counters.update(counter_values(result))
         manifest = lifecycle.read_prepared_manifest(paths)
         if manifest["stats"]["accounting"]["error_fraction"] > config.max_error_fraction:
             with signals_deferred():

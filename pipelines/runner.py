@@ -28,9 +28,28 @@ def local_runner(options: PipelineOptions):
     return fn_runner.FnApiRunner(provision_info=provision_info)
 
 
+def is_local_run(options: PipelineOptions) -> bool:
+    """Whether the pipeline runs on this machine (the in-process runner, in-memory or worker processes)."""
+    return options.view_as(StandardOptions).runner in LOCAL_RUNNER_NAMES
+
+
+def counter_values(result) -> dict[str, int]:
+    """shardmill's Beam counters of a finished pipeline ("namespace/name": value), where the runner reports them."""
+    try:
+        counters = result.metrics().query()["counters"]
+    except Exception:  # a runner without metrics support
+        return {}
+    values: dict[str, int] = {}
+    for counter in counters:
+        if counter.key.metric.namespace.startswith("shardmill"):
+            name = f"{counter.key.metric.namespace}/{counter.key.metric.name}"
+            value = counter.committed if counter.committed is not None else counter.attempted
+            values[name] = values.get(name, 0) + (value or 0)
+    return dict(sorted(values.items()))
+
+
 def make_pipeline(options: PipelineOptions) -> beam.Pipeline:
     """A Pipeline on the requested runner; the local FnApiRunner when none (or Direct) is named."""
-    runner_name = options.view_as(StandardOptions).runner
-    if runner_name in LOCAL_RUNNER_NAMES:
+    if is_local_run(options):
         return beam.Pipeline(runner=local_runner(options), options=options)
     return beam.Pipeline(options=options)

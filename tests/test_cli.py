@@ -113,3 +113,20 @@ def test_shards_carry_the_writing_version_in_their_parquet_metadata(job):
     for name in shards:
         metadata = pq.ParquetFile(os.path.join(out, name)).metadata.metadata
         assert metadata[SHARD_VERSION_KEY.encode()].decode() == shardmill_version()
+
+
+def test_a_local_run_reports_progress_per_stage_and_its_counters(job):
+    config, out = job
+    result = shardmill("run", "--config", config, "--output", out,
+                       "--direct_running_mode=multi_processing", "--direct_num_workers=2")
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    progress = {stage: [line for line in lines if f"progress: {stage}:" in line] for stage in ("index", "load", "write")}
+    assert all(progress.values()), result.stderr
+    assert all(TIMESTAMPED.match(line) for stage in progress.values() for line in stage)
+    assert re.search(r"load: \d+ tasks, ([\d,]+) of \1 records \(100%\)", progress["load"][-1])
+    assert progress["write"][-1].split("write: ")[1].startswith("2 of 2 shards")
+    # The workers' own INFO lines stay out (Beam's worker logs one before it applies the level).
+    assert not [line for line in lines if line.startswith("INFO:") and "Logging handler created" not in line]
+    counters = next(line for line in result.stdout.splitlines() if line.startswith("counters"))
+    assert "shardmill.index/chunks" in counters and "shardmill.load/records" in counters

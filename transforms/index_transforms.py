@@ -2,15 +2,11 @@
 
 Elements are batches, never single chunks (ARCHITECTURE.md, rule "batches,
 not records"): discovery emits lists of (path, size) holding up to a
-file-count or byte budget, and indexing
-emits one pyarrow Table (INDEX_SCHEMA) per such batch, plus one dead-letter
+file-count or byte budget, and indexing emits one pyarrow Table (INDEX_SCHEMA) per such batch, plus one dead-letter
 dict per bad file or chunk on the ERRORS output.
 """
 
 from __future__ import annotations
-
-import logging
-import time
 
 import apache_beam as beam
 import pyarrow as pa
@@ -21,11 +17,10 @@ from apache_beam.transforms.window import GlobalWindows
 from shardmill.transforms.chunk_index import INDEX_SCHEMA, LC0_INPUT_SUFFIXES, index_source
 from shardmill.transforms.discovery import SKIP_KINDS, list_input
 from shardmill.transforms.gzip_chunks import DEFAULT_MAX_CHUNK_BYTES
+from shardmill.transforms.progress import ProgressLog
 
 ERRORS = "errors"
 SOURCE_STATS = "source_stats"
-
-_LOG = logging.getLogger(__name__)
 
 
 class _BatchFilesFn(beam.DoFn):
@@ -106,7 +101,8 @@ class DiscoverFiles(beam.PTransform):
 
 
 class _IndexFilesFn(beam.DoFn):
-    def __init__(self, count_method: str, expected_version: int, max_chunk_bytes: int):
+    def __init__(self, count_method: str, expected_version: int, max_chunk_bytes: int, progress: ProgressLog):
+        self._progress = progress
         self._method = count_method
         self._expected_version = expected_version
         self._max_chunk_bytes = max_chunk_bytes
@@ -114,12 +110,6 @@ class _IndexFilesFn(beam.DoFn):
         self._records = Metrics.counter("shardmill.index", "records")
         self._errors = Metrics.counter("shardmill.index", "errors")
         self._sources = Metrics.counter("shardmill.index", "sources")
-
-    def setup(self):
-        self._started = time.monotonic()
-        self._last_log = self._started
-        self._done_sources = 0
-        self._done_chunks = 0
 
     def process(self, files):
         tables = []
@@ -139,17 +129,7 @@ class _IndexFilesFn(beam.DoFn):
         yield beam.pvalue.TaggedOutput(SOURCE_STATS, {"sources": len(files), "skipped_members": skipped})
         if table.num_rows:
             yield table
-        self._report_progress(len(files), table.num_rows)
-
-    def _report_progress(self, sources: int, chunks: int) -> None:
-        self._done_sources += sources
-        self._done_chunks += chunks
-        now = time.monotonic()
-        if now - self._last_log >= 10:
-            self._last_log = now
-            rate = self._done_chunks / max(now - self._started, 1e-9)
-            _LOG.info("indexed %d sources, %d chunks (%.0f chunks/s on this worker)",
-                      self._done_sources, self._done_chunks, rate)
+        self._progress.record("index", files=len(files), chunks=table.num_rows)
 
 
 class IndexChunkFiles(beam.PTransform):
@@ -161,13 +141,15 @@ class IndexChunkFiles(beam.PTransform):
     """
 
     def __init__(self, count_method: str = "scan", expected_version: int = 0,
-                 max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES):
+                 max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES, progress_dir: str | None = None):
         super().__init__()
+        self._progress_dir = progress_dir
         self._method = count_method
         self._expected_version = expected_version
         self._max_chunk_bytes = max_chunk_bytes
 
     def expand(self, file_batches):
         return file_batches | "Index" >> beam.ParDo(
-            _IndexFilesFn(self._method, self._expected_version, self._max_chunk_bytes)
+            _IndexFilesFn(self._method, self._expected_version, self._max_chunk_bytes,
+                          ProgressLog(self._progress_dir))
         ).with_outputs(ERRORS, SOURCE_STATS, main="index")

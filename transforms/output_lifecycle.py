@@ -75,6 +75,7 @@ class RunPaths:
     output_dir: str
     run_id: str
     generation: int
+    report_progress: bool = False  # local runs: workers append progress counts for the launcher
 
     @property
     def base(self) -> str:
@@ -97,6 +98,11 @@ class RunPaths:
         """
         if not FileSystems.exists(self.marker):
             raise RunCancelled(f"run {self.run_id} was cancelled: its staging directory is gone")
+
+    @property
+    def progress_dir(self) -> str | None:
+        """Where workers append progress counts (transforms/progress.py), or None."""
+        return f"{self.staging}/progress" if self.report_progress else None
 
     @property
     def spill_dir(self) -> str:
@@ -261,6 +267,8 @@ def clean_leftovers(output_dir: str, committed: Committed | None, keep_dirs: tup
 def start_staging(paths: RunPaths, run_info: bytes) -> None:
     """Creates the run's staging directory with its marker (also a first check that the disk takes bytes)."""
     write_bytes_atomically(paths.marker, run_info)
+    if paths.progress_dir:
+        os.makedirs(paths.progress_dir, exist_ok=True)
 
 
 def write_prepared_manifest(paths: RunPaths, manifest: dict) -> None:

@@ -34,6 +34,7 @@ from shardmill.transforms.atomic_io import write_bytes_atomically
 from shardmill.transforms.manifest import build_manifest, write_dead_letters
 from shardmill.transforms.output_contract import ERRORS_NAME, SHARD_VERSION_KEY, generation_dir_name, shardmill_version
 from shardmill.transforms.output_lifecycle import RunPaths, write_prepared_manifest
+from shardmill.transforms.progress import ProgressLog
 from shardmill.transforms.spill import read_spilled
 
 _LOG = logging.getLogger(__name__)
@@ -99,6 +100,7 @@ class _WriteShardFn(beam.DoFn):
 
     def __init__(self, paths: RunPaths, shard_format: ShardFormat, row_group_bytes: int, zstd_level: int):
         self._paths = paths
+        self._progress = ProgressLog(paths.progress_dir)
         self._format = shard_format
         self._row_group_bytes = row_group_bytes
         self._zstd_level = zstd_level
@@ -115,7 +117,8 @@ class _WriteShardFn(beam.DoFn):
         rows = max(1, self._row_group_bytes // self._format.row_bytes(table, record))
         entry = write_shard_file(self._paths.staged_shard(shard, num_shards), self._paths.shard_name(shard, num_shards),
                                  table, rows, self._zstd_level, **self._format.parquet_options)
-        _LOG.info("wrote shard %d of %d: %d rows", shard + 1, num_shards, entry["rows"])
+        _LOG.debug("wrote shard %d of %d: %d rows", shard + 1, num_shards, entry["rows"])
+        self._progress.record("write", shards=1, rows=entry["rows"])
         return {"shard": shard, **entry}
 
     def process(self, shard_and_refs, num_shards, record):
@@ -149,6 +152,11 @@ def _finalize(shards, record, dead_letters, parts, paths: RunPaths, shard_format
     write_prepared_manifest(paths, manifest)
 
 
+def _every_shard(num_shards: int, progress: ProgressLog) -> list:
+    progress.record("write", total_shards=num_shards)
+    return [(shard, None) for shard in range(num_shards)]
+
+
 class WriteShardedOutput(beam.PTransform):
     """Shuffle (group spill refs by shard) → write each shard → prepare the manifest."""
 
@@ -167,7 +175,8 @@ class WriteShardedOutput(beam.PTransform):
         num_shards = beam.pvalue.AsSingleton(job["num_shards"])
         record = beam.pvalue.AsSingleton(job["record"])
         # Every shard gets an element, so a shard that received no rows is still written (empty).
-        every_shard = job["num_shards"] | "EveryShard" >> beam.FlatMap(lambda n: [(s, None) for s in range(n)])
+        every_shard = job["num_shards"] | "EveryShard" >> beam.FlatMap(_every_shard,
+                                                                       ProgressLog(self._paths.progress_dir))
         shards = (
             (job["shard_refs"], every_shard)
             | "ShardRefs" >> beam.Flatten()
