@@ -15,6 +15,7 @@ before or after the subcommand.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import json
 import logging
@@ -242,7 +243,13 @@ def _add_verbosity(parser: argparse.ArgumentParser, default) -> None:
                        help="only warnings, errors and the final summary")
 
 
-def _configure_logging(verbose: bool, quiet: bool) -> None:
+@contextlib.contextmanager
+def _logging_configured(verbose: bool, quiet: bool):
+    """Timestamped logs at the chosen verbosity for the command; the previous set-up afterwards (main()
+    is also called in-process, where later log lines must not go to this command's streams)."""
+    root = logging.getLogger()
+    saved_handlers, saved_level = root.handlers[:], root.level
+    saved_levels = {name: logging.getLogger(name).level for name in ("shardmill", "apache_beam")}
     # force: importing Beam installs a root handler, which would make basicConfig do nothing.
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
@@ -253,6 +260,16 @@ def _configure_logging(verbose: bool, quiet: bool) -> None:
     logging.getLogger("shardmill").setLevel(logging.WARNING if quiet else logging.INFO)
     # A failed run ends with one line of ours; Beam's traceback of it only with -v.
     logging.getLogger("apache_beam").setLevel(logging.NOTSET if verbose else logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for handler in root.handlers[:]:
+            root.removeHandler(handler)
+        for handler in saved_handlers:
+            root.addHandler(handler)
+        root.setLevel(saved_level)
+        for name, level in saved_levels.items():
+            logging.getLogger(name).setLevel(level)
 
 
 def _beam_option_parser() -> argparse.ArgumentParser:
@@ -322,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if args.verbose and args.quiet:
         parser.error("-v and -q exclude each other")
-    _configure_logging(args.verbose, args.quiet)
+    logs = contextlib.ExitStack()
+    logs.enter_context(_logging_configured(args.verbose, args.quiet))
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = {}
     if in_main_thread:
@@ -356,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        logs.close()
 
 
 if __name__ == "__main__":

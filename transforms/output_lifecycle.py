@@ -298,7 +298,8 @@ def commit(paths: RunPaths, previous: Committed | None) -> dict:
     staging = paths.staging[len(base) + 1:]
     marker = paths.marker[len(paths.staging) + 1:]
     staged = [rel for rel in _relative_tree(paths.staging)
-              if rel not in (MANIFEST_NAME, marker) and not rel.startswith("spill/") and not rel.endswith("/")]
+              if rel not in (MANIFEST_NAME, marker) and not rel.startswith(("spill/", "progress/"))
+              and not rel.endswith("/")]
     _move(base, [f"{staging}/{rel}" for rel in staged], staged)
     write_bytes_atomically(f"{base}/{MANIFEST_NAME}", json.dumps(manifest, indent=1, sort_keys=True).encode())
     if previous is not None:
