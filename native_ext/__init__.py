@@ -11,8 +11,8 @@ import pyarrow as _pyarrow
 
 from shardmill.native_ext._build_info import BUILT_AGAINST_PYARROW
 
-__all__ = ["BUILT_AGAINST_PYARROW", "NativeError", "OutputError", "ShardReader", "cached_memory_bytes",
-           "check_pyarrow_match", "load_manifest", "release_cached_memory", "self_check"]
+__all__ = ["BUILT_AGAINST_PYARROW", "NativeError", "OutputError", "ShardReader", "build_blending_indices",
+           "cached_memory_bytes", "check_pyarrow_match", "load_manifest", "release_cached_memory", "self_check"]
 
 
 def check_pyarrow_match(installed: str | None = None) -> None:
@@ -28,6 +28,6 @@ def check_pyarrow_match(installed: str | None = None) -> None:
 
 check_pyarrow_match()
 
-from shardmill.native_ext._native import (NativeError, cached_memory_bytes, release_cached_memory,  # noqa: E402
-                                          self_check)
+from shardmill.native_ext._native import (NativeError, build_blending_indices, cached_memory_bytes,  # noqa: E402
+                                          release_cached_memory, self_check)
 from shardmill.native_ext.reader import OutputError, ShardReader, load_manifest  # noqa: E402

@@ -13,6 +13,7 @@ from google.protobuf import text_format
 from shardmill.proto import shardmill_config_pb2 as config_pb2
 
 JobConfig = config_pb2.JobConfig
+TokenSplit = config_pb2.TokenSplit
 
 COUNT_METHOD_NAMES = {
     config_pb2.COUNT_METHOD_UNSPECIFIED: "scan",
@@ -50,8 +51,27 @@ def validate(config: JobConfig, require_input: bool = True) -> JobConfig:
     """Raises ConfigError for the first invalid field; returns the config."""
     if config.HasField("token_dataset"):
         tokens = config.token_dataset
-        if not tokens.path_prefix:
-            raise ConfigError("token_dataset.path_prefix: required")
+        if bool(tokens.path_prefix) == bool(tokens.blend):
+            raise ConfigError("token_dataset: exactly one of path_prefix (one corpus) and blend (corpora with "
+                              "weights) is required")
+        for i, corpus in enumerate(tokens.blend):
+            if not corpus.path_prefix:
+                raise ConfigError(f"token_dataset.blend[{i}].path_prefix: required")
+            if not (math.isfinite(corpus.weight) and corpus.weight > 0):
+                raise ConfigError(f"token_dataset.blend[{i}].weight: must be finite and > 0, got {corpus.weight}")
+        if tokens.blend and not tokens.HasField("num_samples"):
+            raise ConfigError("token_dataset.num_samples: required with a blend (Megatron blends by weight only "
+                              "for a requested size)")
+        if tokens.HasField("split"):
+            from shardmill.transforms.megatron_blend import SplitError, parse_split, split_matrix
+
+            try:
+                bookends = split_matrix(parse_split(tokens.split))
+            except SplitError as err:
+                raise ConfigError(f"token_dataset.split: {err}") from None
+            if bookends[tokens.use_split] is None:
+                raise ConfigError(f"token_dataset.use_split: the {TokenSplit.Name(tokens.use_split)} split of "
+                                  f"{tokens.split!r} is empty")
         if tokens.seq_length < 2:
             raise ConfigError(f"token_dataset.seq_length: must be >= 2, got {tokens.seq_length}")
         if tokens.HasField("num_samples") and tokens.num_samples < 1:

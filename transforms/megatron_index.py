@@ -79,10 +79,12 @@ def parse_index(idx_bytes: bytes, idx_path: str, bin_size: int) -> IndexedDatase
     if count and (lengths.min() < 0 or pointers.min() < 0):
         fail("negative sequence length or pointer")
     if count:
-        ends = pointers + lengths.astype(np.int64) * itemsize
-        bad = np.flatnonzero(ends > bin_size)
+        # Compared without forming pointer + bytes, which overflows int64 for a pointer near 2^63.
+        spans = lengths.astype(np.int64) * itemsize
+        bad = np.flatnonzero((pointers > bin_size) | (spans > bin_size - np.minimum(pointers, bin_size)))
         if len(bad):
-            fail(f"sequence {bad[0]} ends at byte {ends[bad[0]]}, past the end of the {bin_size}-byte .bin")
+            end = int(pointers[bad[0]]) + int(spans[bad[0]])
+            fail(f"sequence {bad[0]} ends at byte {end}, past the end of the {bin_size}-byte .bin")
     if doc_count == 0 or documents[0] != 0 or documents[-1] != count or (np.diff(documents) < 0).any():
         fail(f"document index must rise from 0 to {count} (the sequence count)")
     return IndexedDataset(idx_path, np.dtype(DTYPES[code]), lengths, pointers, documents, bin_size)
@@ -200,3 +202,37 @@ def sample_tokens(bin_file, dataset: IndexedDataset, indices: GPTIndices, sample
         else:
             parts.append(read_sequence(bin_file, dataset, sequence, offset, int(off_end) + int(add_extra) - offset))
     return np.concatenate(parts)
+
+
+def sample_token_positions(dataset: IndexedDataset, indices: GPTIndices, samples: np.ndarray,
+                           sequence_length: int, add_extra: bool = True) -> np.ndarray:
+    """Where the tokens of (unshuffled) samples `samples` lie in the `.bin`, in tokens: (n, length + extra).
+
+    The same pieces as sample_tokens (the rest of the first document from
+    its offset, whole documents, the head of the last one), for all samples
+    at once: a sample's pieces follow from the sample index, and their token
+    positions are one repeat and one arange, so a batch of samples is one
+    gather from the `.bin` instead of a Python read per piece.
+    """
+    extra = int(add_extra)
+    samples = np.asarray(samples, dtype=np.int64)
+    n = len(samples)
+    doc_beg = indices.sample_index[samples, 0].astype(np.int64)
+    off_beg = indices.sample_index[samples, 1].astype(np.int64)
+    doc_end = indices.sample_index[samples + 1, 0].astype(np.int64)
+    off_end = indices.sample_index[samples + 1, 1].astype(np.int64)
+    pieces = doc_end - doc_beg + 1
+    owner = np.repeat(np.arange(n), pieces)
+    k = np.arange(int(pieces.sum())) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+    position = doc_beg[owner] + k
+    sequence = indices.document_index[position].astype(np.int64)
+    start = np.where(k == 0, off_beg[owner], 0)
+    stop = np.where(position == doc_end[owner], off_end[owner] + extra,
+                    dataset.sequence_lengths[sequence].astype(np.int64))
+    length = stop - start
+    first_token = dataset.sequence_pointers[sequence] // dataset.dtype.itemsize + start
+    flat = np.repeat(first_token - (np.cumsum(length) - length), length) + np.arange(int(length.sum()))
+    if flat.size != n * (sequence_length + extra):
+        raise ValueError(f"{dataset.idx_path}: samples span {flat.size} tokens, expected {n} x "
+                         f"{sequence_length + extra} (the indices do not belong to this dataset)")
+    return flat.reshape(n, sequence_length + extra)

@@ -4,7 +4,10 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
+#include "blending.h"
 #include "chunk_records.h"
 #include "large_buffer.h"
 #include "label_sampling.h"
@@ -111,6 +114,30 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "cached_memory_bytes", [] { return shardmill::LargeBuffer::CachedBytes(); },
       "Bytes of freed window buffers the process keeps mapped for reuse (at most 512 MiB).");
+
+  m.def(
+      "build_blending_indices",
+      [](py::array_t<double, py::array::c_style | py::array::forcecast> weights, int64_t size) {
+        const auto num_datasets = weights.size();
+        if (num_datasets < 1 || num_datasets >= 32767) {
+          throw std::invalid_argument("build_blending_indices: 1 to 32766 datasets, got " +
+                                      std::to_string(num_datasets));
+        }
+        if (size < 0) throw std::invalid_argument("build_blending_indices: size must be >= 0");
+        py::array_t<int16_t> dataset_index(static_cast<py::ssize_t>(size));
+        py::array_t<int64_t> dataset_sample_index(static_cast<py::ssize_t>(size));
+        const double* w = weights.data();
+        int16_t* index = dataset_index.mutable_data();
+        int64_t* sample = dataset_sample_index.mutable_data();
+        {
+          py::gil_scoped_release release;
+          shardmill::BuildBlendingIndices(w, static_cast<int32_t>(num_datasets), size, index, sample);
+        }
+        return py::make_tuple(dataset_index, dataset_sample_index);
+      },
+      py::arg("weights"), py::arg("size"),
+      "Megatron's BlendedDataset indices for normalised weights: (dataset_index int16, dataset_sample_index "
+      "int64), each of `size` entries.");
 
   m.def(
       "sample_labels",
