@@ -47,11 +47,11 @@ def megatron_sample_idx(sizes, doc_idx, seq_length, num_epochs, tokens_per_epoch
     return np.array(out)
 
 
-def megatron_indices(sizes, seq_length, num_samples, seed, add_extra):
-    """GPTDataset._build_document_sample_shuffle_indices for one split covering every sequence."""
+def megatron_indices(sizes, seq_length, num_samples, seed, add_extra, documents=None):
+    """GPTDataset._build_document_sample_shuffle_indices for a split of these sequences (default: all)."""
     sizes = np.asarray(sizes, dtype=np.int32)
-    documents = np.arange(len(sizes), dtype=np.int32)
-    tokens = int(sizes.sum())
+    documents = np.arange(len(sizes), dtype=np.int32) if documents is None else np.asarray(documents, np.int32)
+    tokens = int(sizes[documents].astype(np.int64).sum())
     epochs, have = 1, tokens
     if num_samples is not None:
         while have < num_samples * seq_length + int(add_extra):

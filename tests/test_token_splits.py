@@ -1,0 +1,231 @@
+"""Megatron's splits and blends, job and kernels, against an independent re-statement of Megatron-LM.
+
+On the real Megatron fixture in ../shared/fixtures/megatron/ (GPT-2 tokens of
+OpenWebText, uint16, 1000 documents; an int32 corpus of the first 600
+documents reversed; a uint16 corpus of documents 600..999 with 5 empty ones),
+skipped when it is absent.
+"""
+
+import io
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from shardmill.native_ext import build_blending_indices
+from shardmill.pipelines import cli
+from shardmill.pipelines.config import ConfigError, parse_config, validate
+from shardmill.pipelines.run_job import run_job
+from shardmill.pipelines.token_job import INDICES_NAME, read_dataset
+from shardmill.transforms.megatron_blend import (MID_LEVEL_DATASET_SURPLUS, parse_split, plan_blend, split_matrix,
+                                                  split_range)
+from shardmill.transforms.megatron_index import (IndexedDatasetError, build_gpt_indices, parse_index,
+                                                  sample_token_positions, sample_tokens)
+from tests import reference_megatron as ref
+from tests.test_megatron_index import megatron_indices
+
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "fixtures",
+                        "megatron")
+OWT = os.path.join(FIXTURES, "meg-gpt2-openwebtext_text_document")
+OWT_B = os.path.join(FIXTURES, "owt_b_rev599to0_int32")
+OWT_C = os.path.join(FIXTURES, "owt_c_600to999_5empty_uint16")
+needs_fixture = pytest.mark.skipif(not os.path.exists(OWT + ".idx"), reason="../shared/fixtures/megatron absent")
+
+
+def corpus_tokens(prefix):
+    dataset = read_dataset(prefix + ".idx", prefix + ".bin")
+    data = np.fromfile(prefix + ".bin", dtype=dataset.dtype)
+    itemsize = dataset.dtype.itemsize
+    sequences = [data[p // itemsize: p // itemsize + n] for p, n in zip(dataset.sequence_pointers,
+                                                                         dataset.sequence_lengths)]
+    return dataset, sequences
+
+
+def reference_corpus_samples(sequences, documents, seq_length, num_samples, seed, add_extra=True):
+    """GPTDataset[i] for every i, from the re-statement: the tokens of each served sample, in order."""
+    sizes = np.array([len(s) for s in sequences], dtype=np.int32)
+    doc, _, shuffle, _, _ = megatron_indices(sizes, seq_length, num_samples, seed, add_extra, documents)
+    stream = np.concatenate([sequences[d] for d in doc])
+    width = seq_length + int(add_extra)
+    return shuffle.astype(np.int64), [stream[s * seq_length: s * seq_length + width] for s in shuffle]
+
+
+def read_stream(out, manifest):
+    return pa.concat_tables([pq.read_table(os.path.join(out, s["path"])) for s in manifest["shards"]])
+
+
+def tokens_of(table, dtype, width):
+    return np.frombuffer(table["tokens"].combine_chunks().buffers()[1], dtype).reshape(-1, width)
+
+
+def job(extra, seed=7, shards=3):
+    return validate(parse_config(f"seed: {seed}\noutput {{ num_shards: {shards} }}\ntoken_dataset {{ {extra} }}"))
+
+
+# ---- kernels against the re-statement ----------------------------------------------------
+
+@pytest.mark.parametrize("split", ["969,30,1", "99,1", "1,0,0", "0.8 0.1 0.1", "2,2,1", "1 1 1", "0,1,0",
+                                   "98,2,0", "33.3,33.3,33.4"])
+@pytest.mark.parametrize("num_sequences", [1000, 599, 7, 1])
+def test_split_ranges_are_megatrons(split, num_sequences):
+    expected = ref.split_sequences(split, num_sequences)
+    matrix = split_matrix(parse_split(split))
+    for i, bookends in enumerate(matrix):
+        if expected[i] is None:
+            assert bookends is None
+        else:
+            begin, end = split_range(num_sequences, bookends)
+            assert np.arange(begin, end).tolist() == expected[i].tolist()
+
+
+@pytest.mark.parametrize("weights, size", [([0.3, 0.7], 1000), ([3, 7], 1000), ([1, 1, 1], 999),
+                                           ([0.5, 0.25, 0.125, 0.125], 12345), ([2.5, 1e-3], 500),
+                                           ([1.0], 77)])
+def test_blend_sizes_and_blending_index_are_megatrons(weights, size):
+    plan = plan_blend(weights, size)
+    normalized = ref.normalized(weights)
+    assert plan.weights == normalized
+    assert plan.corpus_samples == ref.sizes_per_dataset(normalized, size, MID_LEVEL_DATASET_SURPLUS)
+    assert plan.size == sum(ref.sizes_per_dataset(normalized, size, 0.0))
+    dataset_index, dataset_sample_index = ref.blending_indices(normalized, plan.size)
+    assert plan.dataset_index.dtype == np.int16 and (plan.dataset_index == dataset_index).all()
+    assert plan.dataset_sample_index.dtype == np.int64 and (plan.dataset_sample_index == dataset_sample_index).all()
+
+
+def test_weights_that_do_not_sum_to_one_blend_like_their_normalised_form():
+    a, b = plan_blend([3, 7], 500), plan_blend([0.3, 0.7], 500)
+    assert a.corpus_samples == b.corpus_samples and (a.dataset_index == b.dataset_index).all()
+
+
+def test_blending_index_ties_go_to_the_first_dataset():
+    index, sample = build_blending_indices(np.array([0.5, 0.5]), 6)
+    assert index.tolist() == [0, 1, 0, 1, 0, 1] and sample.tolist() == [0, 0, 1, 1, 2, 2]
+
+
+@pytest.mark.parametrize("split, use_split, message", [
+    ("1,0,0", "VALID", "the VALID split of '1,0,0' is empty"),
+    ("a,b", "TRAIN", "one to three non-negative numbers"),
+    ("0,0,0", "TRAIN", "sum to 0"),
+    ("1,2,3,4", "TRAIN", "one to three"),
+])
+def test_bad_or_empty_splits_are_config_errors(split, use_split, message):
+    with pytest.raises(ConfigError, match=message):
+        job(f'path_prefix: "x" seq_length: 8 split: "{split}" use_split: {use_split}')
+
+
+@pytest.mark.parametrize("fields, message", [
+    ('seq_length: 8 blend { path_prefix: "a" weight: 1 }', "num_samples: required with a blend"),
+    ('seq_length: 8 num_samples: 5 blend { path_prefix: "a" weight: 0 }', r"blend\[0\].weight"),
+    ('seq_length: 8 num_samples: 5 path_prefix: "a" blend { path_prefix: "b" weight: 1 }', "exactly one of"),
+])
+def test_bad_blends_are_config_errors(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        job(fields)
+
+
+# ---- the job against the re-statement, on the real corpus ---------------------------------
+
+@needs_fixture
+@pytest.mark.parametrize("use_split, num_samples", [("TRAIN", 300), ("VALID", 2000), ("TEST", None)])
+def test_each_split_is_the_stream_megatron_serves_for_it(tmp_path, use_split, num_samples):
+    dataset, sequences = corpus_tokens(OWT)
+    requested = f"num_samples: {num_samples}" if num_samples else ""
+    config = job(f'path_prefix: "{OWT}" seq_length: 64 split: "969,30,1" use_split: {use_split} {requested}')
+    manifest = run_job(config, [], str(tmp_path), PipelineOptions([]))
+    split_index = ["TRAIN", "VALID", "TEST"].index(use_split)
+    documents = ref.split_sequences("969,30,1", len(sequences))[split_index]
+    samples, expected = reference_corpus_samples(sequences, documents, 64, num_samples, seed=7)
+    table = read_stream(tmp_path, manifest)
+    assert table["sample"].to_pylist() == samples.tolist()
+    got = tokens_of(table, np.uint16, 65)
+    assert len(got) == len(expected) and all((g == e).all() for g, e in zip(got, expected))
+    stats = manifest["stats"]["token_dataset"]
+    assert stats["split_sequences"] == [int(documents[0]), int(documents[-1]) + 1]
+    if use_split == "VALID":  # 30 documents, 400 samples: several epochs of a small split
+        assert stats["num_epochs"] > 1
+
+
+@needs_fixture
+def test_a_blend_of_corpora_with_other_dtypes_is_megatrons_blended_stream(tmp_path):
+    corpora = [(OWT, 0.3), (OWT_B, 0.5), (OWT_C, 0.2)]  # uint16, int32, uint16 with empty documents
+    blend = " ".join(f'blend {{ path_prefix: "{p}" weight: {w} }}' for p, w in corpora)
+    config = job(f'{blend} seq_length: 32 num_samples: 600 split: "90,10,0"', seed=11)
+    manifest = run_job(config, [], str(tmp_path), PipelineOptions([]))
+    table = read_stream(tmp_path, manifest)
+
+    weights = ref.normalized([w for _, w in corpora])
+    per_corpus = ref.sizes_per_dataset(weights, 600, 0.005)
+    size = sum(ref.sizes_per_dataset(weights, 600, 0.0))
+    dataset_index, dataset_sample_index = ref.blending_indices(weights, size)
+    streams = []
+    for (prefix, _), n in zip(corpora, per_corpus):
+        _, sequences = corpus_tokens(prefix)
+        documents = ref.split_sequences("90,10,0", len(sequences))[0]
+        streams.append(reference_corpus_samples(sequences, documents, 32, n, seed=11))
+    assert table.num_rows == size
+    assert table["corpus"].to_pylist() == dataset_index.tolist()
+    assert table["corpus_position"].to_pylist() == dataset_sample_index.tolist()
+    got = tokens_of(table, np.int32, 33)  # uint16 and int32 corpora: written as int32
+    for row, (k, position) in enumerate(zip(dataset_index, dataset_sample_index)):
+        samples, expected = streams[k]
+        assert table["sample"][row].as_py() == samples[position]
+        assert (got[row] == expected[position]).all()
+    stats = manifest["stats"]["token_dataset"]
+    assert stats["num_samples"] == size and stats["weights"] == weights
+    assert [c["num_samples_requested"] for c in stats["corpora"]] == per_corpus
+
+
+@needs_fixture
+def test_the_indices_are_kept_in_the_output_and_load_with_numpy(tmp_path):
+    blend = f'blend {{ path_prefix: "{OWT}" weight: 1 }} blend {{ path_prefix: "{OWT_C}" weight: 1 }}'
+    manifest = run_job(job(f'{blend} seq_length: 16 num_samples: 100'), [], str(tmp_path), PipelineOptions([]))
+    path = os.path.join(tmp_path, os.path.dirname(manifest["errors"]["path"]), INDICES_NAME)
+    arrays = np.load(path)
+    assert sorted(arrays.files) == sorted(
+        [f"corpus{k}_{name}" for k in (0, 1) for name in ("document_index", "sample_index", "shuffle_index")]
+        + ["blend_dataset_index", "blend_dataset_sample_index"])
+    table = read_stream(tmp_path, manifest)
+    assert (arrays["blend_dataset_index"] == table["corpus"].to_numpy()).all()
+    # A second run (overwrite) keeps its own generation's indices, not the first's.
+    config = job(f'{blend} seq_length: 16 num_samples: 100', seed=8)
+    config.output.overwrite = True
+    second = run_job(config, [], str(tmp_path), PipelineOptions([]))
+    second_path = os.path.join(tmp_path, os.path.dirname(second["errors"]["path"]), INDICES_NAME)
+    assert os.path.exists(second_path) and not os.path.exists(path)
+
+
+@needs_fixture
+def test_bulk_gather_equals_reading_sample_by_sample():
+    dataset = read_dataset(OWT_C + ".idx", OWT_C + ".bin")
+    indices = build_gpt_indices(dataset.sequence_lengths, 48, 700, seed=3)
+    data = np.fromfile(OWT_C + ".bin", dtype=dataset.dtype)
+    samples = np.arange(len(indices.shuffle_index))
+    positions = sample_token_positions(dataset, indices, samples, 48)
+    with open(OWT_C + ".bin", "rb") as f:
+        for sample in samples:
+            assert (data[positions[sample]] == sample_tokens(f, dataset, indices, int(sample))).all()
+
+
+# ---- bad inputs: one line, exit 2 --------------------------------------------------------
+
+def test_a_missing_corpus_file_is_one_line_and_exit_2(tmp_path, capsys):
+    config = tmp_path / "job.textproto"
+    config.write_text(f'token_dataset {{ path_prefix: "{tmp_path}/nothing" seq_length: 8 }}\n'
+                      f'output {{ path: "{tmp_path}/out" }}')
+    assert cli.main(["run", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{tmp_path}/nothing.bin: no such file" in err
+
+
+def test_a_pointer_that_overflows_is_refused_naming_the_sequence(tmp_path):
+    from tests.datagen.megatron import write_indexed_dataset
+
+    write_indexed_dataset(str(tmp_path / "c"), [np.arange(5, dtype=np.uint16)] * 3, np.uint16)
+    data = bytearray((tmp_path / "c.idx").read_bytes())
+    pointers_at = 9 + 8 + 1 + 8 + 8 + 3 * 4
+    data[pointers_at + 8: pointers_at + 16] = (2**63 - 1).to_bytes(8, "little")
+    with pytest.raises(IndexedDatasetError, match="sequence 1 ends at byte 9223372036854775817"):
+        parse_index(bytes(data), "c.idx", (tmp_path / "c.bin").stat().st_size)
