@@ -1,12 +1,18 @@
-"""Token datasets: index build time vs sequence count, and the job's end-to-end tokens/s.
+"""Token datasets: index and blend build time vs size, sample reading, and the job's end-to-end tokens/s.
 
-    python benchmarks/bench_tokens.py [--max-sequences 100000000]
+    python benchmarks/bench_tokens.py [--max-sequences 100000000] [--max-blend-samples 100000000] [--rounds 3]
 
 Index build: build_gpt_indices (Megatron's document, sample and shuffle
 indices) for 10^5 ... 10^8 sequences of 1-512 tokens, sequence length 2048,
-two epochs' worth of samples; seconds and sequences/s. End to end: a
-uint16 corpus of 200k sequences (~26M tokens) through `shardmill run` on the
-in-process runner, sequence length 1024, 4 shards; tokens/s of samples written.
+two epochs' worth of samples; seconds and sequences/s. Blend build:
+plan_blend (Megatron's sizes and blending index) over 3 and 30 corpora for
+10^6 ... 10^8 samples. Sample reading, paired in one process on the same
+samples: sample by sample (a Python range read per document piece, the way
+object stores are still read) against the runs of the mapped `.bin`
+copied natively in bulk. End to end, `shardmill run` on the in-process runner, each round
+both ways (the per-sample path forced): a uint16 corpus of 200k sequences
+(~26M tokens), sequence length 1024; and a blend of it with an int32 corpus
+(weights 0.7/0.3), 50,000 samples; tokens/s of samples written.
 """
 
 from __future__ import annotations
@@ -24,9 +30,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 
+from shardmill.pipelines import token_job  # noqa: E402
 from shardmill.pipelines.config import parse_config, validate  # noqa: E402
 from shardmill.pipelines.run_job import run_job  # noqa: E402
-from shardmill.transforms.megatron_index import build_gpt_indices  # noqa: E402
+from shardmill.transforms.megatron_blend import plan_blend  # noqa: E402
+from shardmill.native_ext import copy_runs  # noqa: E402
+from shardmill.transforms.megatron_index import build_gpt_indices, sample_byte_runs, sample_tokens  # noqa: E402
 from tests.datagen.megatron import write_indexed_dataset  # noqa: E402
 
 
@@ -46,27 +55,98 @@ def index_build(max_sequences: int) -> list[dict]:
     return rows
 
 
-def end_to_end() -> dict:
-    work = tempfile.mkdtemp(prefix="bench-tokens-")
-    rng = np.random.default_rng(1)
-    sequences = [rng.integers(0, 50_000, int(k)).astype(np.uint16) for k in rng.integers(1, 256, 200_000)]
-    write_indexed_dataset(os.path.join(work, "corpus"), sequences, np.uint16)
-    config = validate(parse_config(
-        f'output {{ num_shards: 4 }}\ntoken_dataset {{ path_prefix: "{work}/corpus" seq_length: 1024 }}'))
-    start = time.perf_counter()
-    manifest = run_job(config, [], os.path.join(work, "out"), PipelineOptions([]))
-    seconds = time.perf_counter() - start
+def blend_build(max_samples: int) -> list[dict]:
+    rows = []
+    for corpora in (3, 30):
+        weights = np.random.default_rng(corpora).uniform(0.1, 1.0, corpora).tolist()
+        n = 1_000_000
+        while n <= max_samples:
+            start = time.perf_counter()
+            plan = plan_blend(weights, n)
+            seconds = time.perf_counter() - start
+            rows.append({"corpora": corpora, "samples": plan.size, "seconds": round(seconds, 3),
+                         "samples_per_s": round(plan.size / seconds)})
+            del plan
+            n *= 10
+    return rows
+
+
+def write_corpus(path: str, sequences: int, dtype, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    write_indexed_dataset(path, [rng.integers(0, 50_000, int(k)).astype(dtype)
+                                 for k in rng.integers(1, 256, sequences)], dtype)
+
+
+def sample_reading(work: str, rounds: int) -> dict:
+    """Tokens/s reading the same 20,000 shuffled samples both ways, alternating."""
+    prefix = os.path.join(work, "corpus")
+    dataset = token_job.read_dataset(prefix + ".idx", prefix + ".bin")
+    indices = build_gpt_indices(dataset.sequence_lengths, 1024, None, seed=1)
+    samples = indices.shuffle_index[:20_000].astype(np.int64)
+    tokens = len(samples) * 1025
+    per_sample, bulk = [], []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        with open(prefix + ".bin", "rb") as f:
+            one = [sample_tokens(f, dataset, indices, int(s)) for s in samples]
+        per_sample.append(tokens / (time.perf_counter() - start))
+        start = time.perf_counter()
+        many = np.empty((len(samples), 1025), dtype=dataset.dtype)
+        copy_runs(np.memmap(prefix + ".bin", dtype=np.uint8, mode="r"), *sample_byte_runs(dataset, indices, samples, 1024),
+                  many.reshape(-1).view(np.uint8))
+        bulk.append(tokens / (time.perf_counter() - start))
+        assert (many == np.stack(one)).all()
+    return {"samples": len(samples), "per_sample_tokens_per_s": round(max(per_sample)),
+            "bulk_tokens_per_s": round(max(bulk)), "bulk_vs_per_sample": round(max(bulk) / max(per_sample), 2)}
+
+
+def run_once(work: str, name: str, token_config: str, per_sample: bool) -> dict:
+    config = validate(parse_config(f"output {{ num_shards: 4 }}\ntoken_dataset {{ {token_config} }}"))
+    original = token_job.is_local
+    if per_sample:  # the path remote .bin files take: a range read per document piece
+        token_job.is_local = lambda path: False
+    try:
+        start = time.perf_counter()
+        manifest = run_job(config, [], os.path.join(work, f"out-{name}-{per_sample}"), PipelineOptions([]))
+        seconds = time.perf_counter() - start
+    finally:
+        token_job.is_local = original
     samples = manifest["stats"]["token_dataset"]["num_samples"]
-    tokens = samples * 1025
-    return {"sequences": len(sequences), "samples": samples, "tokens_written": tokens, "seconds": round(seconds, 2),
-            "tokens_per_s": round(tokens / seconds), "samples_per_s": round(samples / seconds)}
+    return {"samples": samples, "seconds": round(seconds, 2), "tokens_per_s": round(samples * 1025 / seconds)}
+
+
+def end_to_end(work: str, rounds: int) -> dict:
+    jobs = {
+        "one_corpus": f'path_prefix: "{work}/corpus" seq_length: 1024',
+        "blend_uint16_int32": (f'blend {{ path_prefix: "{work}/corpus" weight: 0.7 }} '
+                               f'blend {{ path_prefix: "{work}/corpus32" weight: 0.3 }} '
+                               'seq_length: 1024 num_samples: 50000'),
+    }
+    report = {}
+    for name, token_config in jobs.items():
+        runs = {"per_sample": [], "bulk": []}
+        for _ in range(rounds):
+            for mode in runs:
+                runs[mode].append(run_once(work, name, token_config, mode == "per_sample"))
+        best = {mode: max(r["tokens_per_s"] for r in results) for mode, results in runs.items()}
+        report[name] = {"samples": runs["bulk"][0]["samples"], "per_sample_tokens_per_s": best["per_sample"],
+                        "bulk_tokens_per_s": best["bulk"], "bulk_vs_per_sample": round(best["bulk"] / best["per_sample"], 2),
+                        "runs": runs}
+    return report
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--max-sequences", type=int, default=100_000_000)
+    parser.add_argument("--max-blend-samples", type=int, default=100_000_000)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    print(json.dumps({"index_build": index_build(args.max_sequences), "end_to_end": end_to_end()}, indent=1))
+    work = tempfile.mkdtemp(prefix="bench-tokens-")
+    write_corpus(os.path.join(work, "corpus"), 200_000, np.uint16, 1)
+    write_corpus(os.path.join(work, "corpus32"), 100_000, np.int32, 2)
+    print(json.dumps({"index_build": index_build(args.max_sequences), "blend_build": blend_build(args.max_blend_samples),
+                      "sample_reading": sample_reading(work, args.rounds), "end_to_end": end_to_end(work, args.rounds)},
+                     indent=1))
 
 
 if __name__ == "__main__":

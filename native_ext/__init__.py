@@ -12,7 +12,7 @@ import pyarrow as _pyarrow
 from shardmill.native_ext._build_info import BUILT_AGAINST_PYARROW
 
 __all__ = ["BUILT_AGAINST_PYARROW", "NativeError", "OutputError", "ShardReader", "build_blending_indices",
-           "cached_memory_bytes", "check_pyarrow_match", "load_manifest", "release_cached_memory", "self_check"]
+           "cached_memory_bytes", "check_pyarrow_match", "copy_runs", "load_manifest", "release_cached_memory", "self_check"]
 
 
 def check_pyarrow_match(installed: str | None = None) -> None:
@@ -29,5 +29,5 @@ def check_pyarrow_match(installed: str | None = None) -> None:
 check_pyarrow_match()
 
 from shardmill.native_ext._native import (NativeError, build_blending_indices, cached_memory_bytes,  # noqa: E402
-                                          release_cached_memory, self_check)
+                                          copy_runs, release_cached_memory, self_check)
 from shardmill.native_ext.reader import OutputError, ShardReader, load_manifest  # noqa: E402

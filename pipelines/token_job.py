@@ -33,8 +33,9 @@ from shardmill.transforms.chunk_sampling import acceptance_probability
 from shardmill.transforms.discovery import is_local
 from shardmill.transforms.keyed_hash import STREAM_KEEP, hash_words, unit_float
 from shardmill.transforms.megatron_blend import parse_split, plan_blend, split_matrix, split_range
+from shardmill.native_ext import copy_runs
 from shardmill.transforms.megatron_index import (GPTIndices, IndexedDataset, build_gpt_indices, parse_index,
-                                                  sample_token_positions, sample_tokens)
+                                                  sample_byte_runs, sample_tokens)
 from shardmill.transforms.output_lifecycle import RunPaths
 from shardmill.transforms.sharded_output import ShardFormat
 from shardmill.transforms.spill import write_spill
@@ -43,7 +44,7 @@ from shardmill.transforms.spill import write_spill
 # (its GPTDataset's). A blend: corpus{k}_document_index, corpus{k}_sample_index, corpus{k}_shuffle_index
 # per corpus k (in config order), and blend_dataset_index, blend_dataset_sample_index (BlendedDataset's).
 INDICES_NAME = "megatron-indices.npz"
-GATHER_TOKENS = 1 << 22  # tokens per bulk gather from a `.bin` (32 MiB of positions)
+GATHER_TOKENS = 1 << 22  # tokens per batch of runs copied from a `.bin`
 _CACHE: dict[str, tuple] = {}  # per worker process: indices file -> (datasets, indices, blend)
 
 
@@ -105,17 +106,16 @@ def _tokens(bin_path: str, dataset: IndexedDataset, indices: GPTIndices, samples
             add_extra: bool) -> np.ndarray:
     """The tokens of unshuffled samples `samples` (n, seq_length + extra), in the corpus' dtype.
 
-    Local `.bin` files are mapped and gathered in bulk; object stores and
-    unaligned pointers are read sample by sample."""
+    Local `.bin` files are mapped and their runs copied natively, a batch of
+    samples at a time; object stores are read sample by sample."""
     width = seq_length + int(add_extra)
     out = np.empty((len(samples), width), dtype=dataset.dtype)
-    aligned = not (dataset.sequence_pointers % dataset.dtype.itemsize).any()
-    if is_local(bin_path) and "://" not in bin_path and aligned and len(samples):
-        tokens = np.memmap(bin_path, dtype=dataset.dtype, mode="r")
+    if is_local(bin_path) and "://" not in bin_path and len(samples):
+        data = np.memmap(bin_path, dtype=np.uint8, mode="r")
         step = max(1, GATHER_TOKENS // width)
         for begin in range(0, len(samples), step):
-            positions = sample_token_positions(dataset, indices, samples[begin:begin + step], seq_length, add_extra)
-            out[begin:begin + step] = tokens[positions]
+            starts, lengths = sample_byte_runs(dataset, indices, samples[begin:begin + step], seq_length, add_extra)
+            copy_runs(data, starts, lengths, out[begin:begin + step].reshape(-1).view(np.uint8))
         return out
     with FileSystems.open(bin_path, compression_type=CompressionTypes.UNCOMPRESSED) as bin_file:
         for row, sample in enumerate(samples):

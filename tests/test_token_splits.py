@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from shardmill.native_ext import build_blending_indices
+from shardmill.native_ext import build_blending_indices, copy_runs
 from shardmill.pipelines import cli
 from shardmill.pipelines.config import ConfigError, parse_config, validate
 from shardmill.pipelines.run_job import run_job
@@ -23,7 +23,7 @@ from shardmill.pipelines.token_job import INDICES_NAME, read_dataset
 from shardmill.transforms.megatron_blend import (MID_LEVEL_DATASET_SURPLUS, parse_split, plan_blend, split_matrix,
                                                   split_range)
 from shardmill.transforms.megatron_index import (IndexedDatasetError, build_gpt_indices, parse_index,
-                                                  sample_token_positions, sample_tokens)
+                                                  sample_byte_runs, sample_tokens)
 from tests import reference_megatron as ref
 from tests.test_megatron_index import megatron_indices
 
@@ -198,15 +198,27 @@ def test_the_indices_are_kept_in_the_output_and_load_with_numpy(tmp_path):
 
 
 @needs_fixture
-def test_bulk_gather_equals_reading_sample_by_sample():
-    dataset = read_dataset(OWT_C + ".idx", OWT_C + ".bin")
+def test_copied_runs_equal_reading_sample_by_sample():
+    dataset = read_dataset(OWT_C + ".idx", OWT_C + ".bin")  # with empty documents
     indices = build_gpt_indices(dataset.sequence_lengths, 48, 700, seed=3)
-    data = np.fromfile(OWT_C + ".bin", dtype=dataset.dtype)
-    samples = np.arange(len(indices.shuffle_index))
-    positions = sample_token_positions(dataset, indices, samples, 48)
+    samples = indices.shuffle_index.astype(np.int64)
+    starts, lengths = sample_byte_runs(dataset, indices, samples, 48)
+    out = np.empty((len(samples), 49), dtype=dataset.dtype)
+    copy_runs(np.memmap(OWT_C + ".bin", dtype=np.uint8, mode="r"), starts, lengths, out.reshape(-1).view(np.uint8))
     with open(OWT_C + ".bin", "rb") as f:
-        for sample in samples:
-            assert (data[positions[sample]] == sample_tokens(f, dataset, indices, int(sample))).all()
+        for row, sample in enumerate(samples):
+            assert (out[row] == sample_tokens(f, dataset, indices, int(sample))).all()
+
+
+def test_copy_runs_refuses_runs_outside_the_source():
+    src, dest = np.arange(10, dtype=np.uint8), np.zeros(8, dtype=np.uint8)
+    copy_runs(src, np.array([2, 7]), np.array([5, 3]), dest)
+    assert dest.tolist() == [2, 3, 4, 5, 6, 7, 8, 9]
+    for starts, lengths in (([8], [3]), ([-1], [2]), ([2**62], [2**62]), ([0], [-1])):
+        with pytest.raises(ValueError, match="outside the 10-byte source"):
+            copy_runs(src, np.array(starts), np.array(lengths), dest)
+    with pytest.raises(ValueError, match="more bytes than the destination"):
+        copy_runs(src, np.array([0]), np.array([9]), dest)
 
 
 # ---- bad inputs: one line, exit 2 --------------------------------------------------------

@@ -204,17 +204,19 @@ def sample_tokens(bin_file, dataset: IndexedDataset, indices: GPTIndices, sample
     return np.concatenate(parts)
 
 
-def sample_token_positions(dataset: IndexedDataset, indices: GPTIndices, samples: np.ndarray,
-                           sequence_length: int, add_extra: bool = True) -> np.ndarray:
-    """Where the tokens of (unshuffled) samples `samples` lie in the `.bin`, in tokens: (n, length + extra).
+def sample_byte_runs(dataset: IndexedDataset, indices: GPTIndices, samples: np.ndarray, sequence_length: int,
+                     add_extra: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """The `.bin` byte runs that make up (unshuffled) samples `samples`, in order: (starts, lengths).
 
     The same pieces as sample_tokens (the rest of the first document from
     its offset, whole documents, the head of the last one), for all samples
-    at once: a sample's pieces follow from the sample index, and their token
-    positions are one repeat and one arange, so a batch of samples is one
-    gather from the `.bin` instead of a Python read per piece.
+    at once: a sample's pieces follow from the sample index with a repeat
+    and an arange, so a batch of samples is one copy of runs (native
+    copy_runs) instead of a Python read per piece. Concatenated, the runs of
+    each sample hold exactly sequence_length + extra tokens.
     """
     extra = int(add_extra)
+    itemsize = dataset.dtype.itemsize
     samples = np.asarray(samples, dtype=np.int64)
     n = len(samples)
     doc_beg = indices.sample_index[samples, 0].astype(np.int64)
@@ -229,10 +231,7 @@ def sample_token_positions(dataset: IndexedDataset, indices: GPTIndices, samples
     start = np.where(k == 0, off_beg[owner], 0)
     stop = np.where(position == doc_end[owner], off_end[owner] + extra,
                     dataset.sequence_lengths[sequence].astype(np.int64))
-    length = stop - start
-    first_token = dataset.sequence_pointers[sequence] // dataset.dtype.itemsize + start
-    flat = np.repeat(first_token - (np.cumsum(length) - length), length) + np.arange(int(length.sum()))
-    if flat.size != n * (sequence_length + extra):
-        raise ValueError(f"{dataset.idx_path}: samples span {flat.size} tokens, expected {n} x "
+    if int((stop - start).sum()) != n * (sequence_length + extra):
+        raise ValueError(f"{dataset.idx_path}: samples span {int((stop - start).sum())} tokens, expected {n} x "
                          f"{sequence_length + extra} (the indices do not belong to this dataset)")
-    return flat.reshape(n, sequence_length + extra)
+    return dataset.sequence_pointers[sequence] + start * itemsize, (stop - start) * itemsize

@@ -14,6 +14,7 @@
 #include "self_check.h"
 #include "shard_reader.h"
 #include "status.h"
+#include "token_runs.h"
 
 namespace py = pybind11;
 
@@ -114,6 +115,30 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "cached_memory_bytes", [] { return shardmill::LargeBuffer::CachedBytes(); },
       "Bytes of freed window buffers the process keeps mapped for reuse (at most 512 MiB).");
+
+  m.def(
+      "copy_runs",
+      [](py::array_t<uint8_t, py::array::c_style> src, py::array_t<int64_t, py::array::c_style | py::array::forcecast> starts,
+         py::array_t<int64_t, py::array::c_style | py::array::forcecast> lengths,
+         py::array_t<uint8_t, py::array::c_style> dest) {
+        if (starts.size() != lengths.size()) throw std::invalid_argument("copy_runs: starts and lengths differ in size");
+        if (!dest.writeable()) throw std::invalid_argument("copy_runs: dest is read-only");
+        const uint8_t* source = src.data();
+        const int64_t source_size = src.size();
+        const int64_t* start = starts.data();
+        const int64_t* length = lengths.data();
+        const int64_t n = starts.size();
+        uint8_t* out = dest.mutable_data();
+        const int64_t out_size = dest.size();
+        std::string error;
+        {
+          py::gil_scoped_release release;
+          error = shardmill::CopyRuns(source, source_size, start, length, n, out, out_size);
+        }
+        if (!error.empty()) throw std::invalid_argument("copy_runs: " + error);
+      },
+      py::arg("src"), py::arg("starts"), py::arg("lengths"), py::arg("dest"),
+      "Copies src[starts[i]:starts[i]+lengths[i]] back to back into dest (uint8 arrays; src may be a memmap view).");
 
   m.def(
       "build_blending_indices",
