@@ -101,7 +101,7 @@ def sample_reading(work: str, rounds: int) -> dict:
 
 
 def run_once(work: str, name: str, token_config: str, per_sample: bool) -> dict:
-    config = validate(parse_config(f"output {{ num_shards: 4 }}\ntoken_dataset {{ {token_config} }}"))
+    config = validate(parse_config(f"output {{ num_shards: 4 overwrite: true }}\ntoken_dataset {{ {token_config} }}"))
     original = token_job.is_local
     if per_sample:  # the path remote .bin files take: a range read per document piece
         token_job.is_local = lambda path: False

@@ -241,3 +241,13 @@ def test_a_pointer_that_overflows_is_refused_naming_the_sequence(tmp_path):
     data[pointers_at + 8: pointers_at + 16] = (2**63 - 1).to_bytes(8, "little")
     with pytest.raises(IndexedDatasetError, match="sequence 1 ends at byte 9223372036854775817"):
         parse_index(bytes(data), "c.idx", (tmp_path / "c.bin").stat().st_size)
+
+
+@needs_fixture
+def test_a_split_that_rounds_to_no_sequences_is_one_line_and_exit_2(tmp_path, capsys):
+    config = tmp_path / "job.textproto"
+    config.write_text(f'token_dataset {{ path_prefix: "{OWT}" seq_length: 8 split: "9999,1,0" use_split: VALID }}\n'
+                      f'output {{ path: "{tmp_path}/out" }}')
+    assert cli.main(["run", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the VALID split (sequences 1000..999 of 1000) holds no tokens" in err
