@@ -72,6 +72,9 @@ class ShardReader:
         corrupted inside compressed data can decode to wrong values silently.
       state: a value from state() to resume exactly where it was taken
         (validated: settings, dataset and ranges; ValueError otherwise).
+      start_epoch: begin at the start of this epoch (its order is the one a
+        reader started at 0 serves in that epoch); num_epochs still counts
+        from epoch 0, so it must be larger. Not with `state`.
 
     Threads: a reader may be shared; next() and state() calls are serialised,
     so each caller gets whole, distinct batches. Columns are checked against
@@ -96,6 +99,7 @@ class ShardReader:
         prefetch_windows: int = 2,
         verify_checksums: bool = False,
         state: bytes | None = None,
+        start_epoch: int = 0,
     ):
         if isinstance(columns, str):
             raise TypeError("columns must be a sequence of column names, not a string")
@@ -113,7 +117,15 @@ class ShardReader:
             "window_row_groups": int(window_row_groups),
             "drop_remainder": bool(drop_remainder),
         }
-        start_epoch, start_position = self._resume_point(state)
+        if isinstance(start_epoch, bool) or not isinstance(start_epoch, int) or not 0 <= start_epoch <= MAX_EPOCH:
+            raise ValueError(f"start_epoch must be an integer in 0..{MAX_EPOCH}, got {start_epoch!r}")
+        if state is not None and start_epoch:
+            raise ValueError("give either state or start_epoch: a state already says where to start")
+        if num_epochs is not None and start_epoch >= num_epochs:
+            raise ValueError(f"start_epoch {start_epoch} is not before num_epochs {num_epochs} (epochs count from 0)")
+        start_position = 0
+        if state is not None:
+            start_epoch, start_position = self._resume_point(state)
         options = ReaderOptions()
         for shard_path, shard in zip(dataset.shard_paths, self._manifest["shards"]):
             options.add_shard(shard_path, list(shard["row_groups"]))

@@ -6,13 +6,30 @@ equal slice of each epoch's global order. Readers are created inside
 __iter__, i.e. in the worker process after the fork, so no decoding thread
 is ever forked. Requires torch (not a shardmill dependency).
 
+Epochs advance the way training loops expect: each pass over the loader
+(`for batch in loader`) serves the next `num_epochs` epochs of the order
+(pass p: epochs p·n … p·n + n − 1), with or without workers, persistent or
+not; `set_epoch(e)` makes the next pass start at epoch e (what
+DistributedSampler users call before every pass), so `for e in range(E):
+dataset.set_epoch(e); for batch in loader: …` serves epoch e's order in
+pass e. The pass counters live in a small shared-memory array created with
+the dataset, which the DataLoader's worker processes share.
+
+Checkpoints: with num_workers=0, `dataset.state_dict()` / `load_state_dict()`
+resume exactly. With workers, use torchdata's `StatefulDataLoader`: it calls
+state_dict() in each worker and hands each worker its own state back, and
+the stream continues exactly (same worker count). A `state_dict()` in the
+main process while workers are mid-pass raises instead of returning a state
+that would restart the pass.
+
     loader = torch.utils.data.DataLoader(
-        ShardIterableDataset("out/run1", batch_size=512, seed=0, num_epochs=None),
-        batch_size=None, num_workers=4)   # batches are already batched
+        ShardIterableDataset("out/run1", batch_size=512, seed=0), batch_size=None, num_workers=4)
 """
 
 from __future__ import annotations
 
+import ctypes
+import multiprocessing
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -22,26 +39,39 @@ import torch.utils.data
 
 from shardmill.native_ext.reader import ShardReader
 
+MAX_WORKERS = 256  # DataLoader workers per dataset whose passes are counted
+
 
 class ShardIterableDataset(torch.utils.data.IterableDataset):
     """Yields dicts of torch tensors (frames as uint8 (batch, width)), plus `epoch`.
 
     rank / world_size default to torch.distributed's when it is initialized,
-    else 0 / 1. Other keyword arguments go to ShardReader. With
-    num_workers=0, state_dict()/load_state_dict() checkpoint the stream exactly.
+    else 0 / 1. num_epochs: epochs per pass over the loader (None: one
+    unbounded pass). Other keyword arguments go to ShardReader.
     """
 
     def __init__(self, path: str, batch_size: int = 256, columns: Sequence[str] = ("frame",), *,
-                 rank: int | None = None, world_size: int | None = None, **reader_kwargs):
+                 rank: int | None = None, world_size: int | None = None, num_epochs: int | None = 1,
+                 **reader_kwargs):
         super().__init__()
+        for forbidden in ("state", "start_epoch", "shard_index", "shard_count"):
+            if forbidden in reader_kwargs:
+                raise TypeError(f"{forbidden} is set by the dataset (use set_epoch / load_state_dict / rank)")
+        if num_epochs is not None and num_epochs < 1:
+            raise ValueError(f"num_epochs must be >= 1 or None, got {num_epochs}")
         self._path = path
         self._batch_size = batch_size
         self._columns = list(columns)
         self._rank = rank
         self._world_size = world_size
+        self._num_epochs = num_epochs
         self._reader_kwargs = reader_kwargs
         self._reader: ShardReader | None = None
-        self._resume_state: bytes | None = None
+        self._pass_epoch = 0
+        self._resume: dict | None = None
+        # [0]: the epoch the pass count starts from (set_epoch); [1 + s]: passes started by slot s;
+        # [1 + MAX_WORKERS + s]: 1 while slot s is mid-pass. Slot 0: no workers; 1 + w: worker w.
+        self._shared = multiprocessing.RawArray(ctypes.c_int64, 1 + 2 * (MAX_WORKERS + 1))
 
     def reader_shard(self) -> tuple[int, int]:
         """(shard_index, shard_count) of the reader this process's iterator uses."""
@@ -54,20 +84,78 @@ class ShardIterableDataset(torch.utils.data.IterableDataset):
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         return rank * workers + worker, world * workers
 
+    def set_epoch(self, epoch: int) -> None:
+        """The next pass starts at this epoch (then epoch + num_epochs, ...)."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch must be an integer >= 0, got {epoch!r}")
+        self._shared[0] = epoch
+        for slot in range(MAX_WORKERS + 1):
+            self._shared[1 + slot] = 0
+
+    @staticmethod
+    def _slot() -> int:
+        info = torch.utils.data.get_worker_info()
+        if info is None:
+            return 0
+        if info.id >= MAX_WORKERS:
+            raise ValueError(f"at most {MAX_WORKERS} DataLoader workers per dataset, got worker {info.id}")
+        return 1 + info.id
+
+    def _epochs_per_pass(self) -> int:
+        return self._num_epochs if self._num_epochs is not None else 0
+
     def __iter__(self) -> Iterator[dict]:
+        slot = self._slot()
         shard_index, shard_count = self.reader_shard()
+        per_pass = self._epochs_per_pass()
+        state = None
+        if self._resume is not None:
+            # The pass a checkpoint was taken in; the passes after it follow on from it.
+            self._pass_epoch, state = self._resume["pass_epoch"], self._resume["reader_state"]
+            self._shared[0] = self._pass_epoch + per_pass
+            self._shared[1 + slot] = 0
+            self._resume = None
+        else:
+            self._pass_epoch = self._shared[0] + self._shared[1 + slot] * per_pass
+            self._shared[1 + slot] += 1
+        num_epochs = None if self._num_epochs is None else self._pass_epoch + self._num_epochs
+        kwargs = {"state": state} if state is not None else {"start_epoch": self._pass_epoch}
         self._reader = ShardReader(self._path, self._batch_size, self._columns, shard_index=shard_index,
-                                   shard_count=shard_count, state=self._resume_state, **self._reader_kwargs)
-        self._resume_state = None
-        with self._reader as reader:
-            for batch in reader:
-                yield {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in batch.items()}
+                                   shard_count=shard_count, num_epochs=num_epochs, **kwargs, **self._reader_kwargs)
+        self._shared[1 + MAX_WORKERS + slot] = 1
+        try:
+            with self._reader as reader:
+                for batch in reader:
+                    yield {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in batch.items()}
+        finally:
+            self._shared[1 + MAX_WORKERS + slot] = 0
+            self._reader = None
 
     def state_dict(self) -> dict:
-        """The reader's checkpoint (iteration in this process, i.e. num_workers=0)."""
-        if self._reader is None:
-            return {"reader_state": self._resume_state}
-        return {"reader_state": self._reader.state()}
+        """Where this process's stream is: mid-pass, the reader's checkpoint; between passes, the next pass.
+
+        Raises RuntimeError in the main process while DataLoader workers hold
+        the readers (their positions are not known here: use StatefulDataLoader)."""
+        if self._reader is not None:
+            return {"reader_state": self._reader.state(), "pass_epoch": self._pass_epoch}
+        if torch.utils.data.get_worker_info() is None and any(
+                self._shared[2 + MAX_WORKERS + w] for w in range(MAX_WORKERS)):
+            raise RuntimeError("ShardIterableDataset.state_dict(): DataLoader workers are mid-pass and hold the "
+                               "readers, so this process does not know their positions; checkpoint with "
+                               "torchdata's StatefulDataLoader (it collects each worker's state) or use "
+                               "num_workers=0")
+        if self._resume is not None:
+            return dict(self._resume)
+        slot = self._slot()
+        next_epoch = self._shared[0] + self._shared[1 + slot] * self._epochs_per_pass()
+        return {"reader_state": None, "pass_epoch": next_epoch}
 
     def load_state_dict(self, state: dict) -> None:
-        self._resume_state = state["reader_state"]
+        """The next pass continues from `state` (a state_dict() of the same settings and worker count)."""
+        if not isinstance(state, dict) or "pass_epoch" not in state or "reader_state" not in state:
+            raise ValueError("not a ShardIterableDataset state_dict()")
+        if state["reader_state"] is None:
+            self.set_epoch(int(state["pass_epoch"]))
+            self._resume = None
+        else:
+            self._resume = {"reader_state": state["reader_state"], "pass_epoch": int(state["pass_epoch"])}

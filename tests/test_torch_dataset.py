@@ -42,3 +42,79 @@ def test_state_dict_resumes_the_stream_exactly(output):
     resumed = ShardIterableDataset(output, 64, ["id"], seed=1, num_epochs=2)
     resumed.load_state_dict(state)
     assert (np.concatenate([ids_of(head), ids_of(list(resumed))]) == full).all()
+
+
+def reader_epoch(output, epoch, shard_index=0, shard_count=1, **kwargs):
+    """Epoch `epoch` of the order for this shard, as ShardReader serves it."""
+    from shardmill.native_ext import ShardReader
+
+    with ShardReader(output, 40, ["id"], shard_index=shard_index, shard_count=shard_count, seed=3,
+                     start_epoch=epoch, num_epochs=epoch + 1, **kwargs) as reader:
+        return np.concatenate([b["id"] for b in reader])
+
+
+def by_worker(batches, workers):
+    """A DataLoader interleaves its workers' batches round-robin; split them back per worker."""
+    return [ids_of(batches[w::workers]) for w in range(workers)]
+
+
+@pytest.mark.parametrize("num_workers, persistent", [(0, False), (2, False), (2, True)])
+def test_every_pass_over_the_loader_is_the_next_epoch(output, num_workers, persistent):
+    dataset = ShardIterableDataset(output, 40, ["id"], seed=3)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=num_workers,
+                                         persistent_workers=persistent)
+    for epoch in range(3):
+        batches = list(loader)
+        assert {int(b["epoch"]) for b in batches} == {epoch}
+        workers = max(num_workers, 1)
+        for worker, ids in enumerate(by_worker(batches, workers)):
+            assert (ids == reader_epoch(output, epoch, worker, workers)).all()
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_set_epoch_selects_that_epoch_exactly(output, num_workers):
+    dataset = ShardIterableDataset(output, 40, ["id"], seed=3)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=num_workers)
+    for epoch in (5, 2, 2):
+        dataset.set_epoch(epoch)
+        batches = list(loader)
+        workers = max(num_workers, 1)
+        for worker, ids in enumerate(by_worker(batches, workers)):
+            assert (ids == reader_epoch(output, epoch, worker, workers)).all()
+
+
+def test_a_main_process_state_dict_while_workers_hold_the_readers_raises(output):
+    dataset = ShardIterableDataset(output, 40, ["id"], seed=3)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2)
+    iterator = iter(loader)
+    next(iterator)
+    with pytest.raises(RuntimeError, match="StatefulDataLoader"):
+        dataset.state_dict()
+    del iterator
+    assert dataset.state_dict() == {"reader_state": None, "pass_epoch": 0}  # between passes: a clean state
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_stateful_dataloader_resumes_exactly_and_then_serves_the_next_epoch(output, num_workers):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def loader():
+        dataset = ShardIterableDataset(output, 40, ["id"], seed=3, num_epochs=1)
+        return StatefulDataLoader(dataset, batch_size=None, num_workers=num_workers)
+
+    reference = loader()
+    uninterrupted = [ids_of(list(reference)), ids_of(list(reference))]  # epochs 0 and 1
+
+    first = loader()
+    iterator = iter(first)
+    head = [next(iterator) for _ in range(7)]
+    state = first.state_dict()
+    del iterator, first
+
+    resumed = loader()
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    assert (np.concatenate([ids_of(head), ids_of(rest)]) == uninterrupted[0]).all()
+    assert {int(b["epoch"]) for b in rest} == {0}
+    next_pass = list(resumed)
+    assert (ids_of(next_pass) == uninterrupted[1]).all() and {int(b["epoch"]) for b in next_pass} == {1}
