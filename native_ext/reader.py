@@ -123,26 +123,39 @@ class ShardReader:
             raise ValueError("give either state or start_epoch: a state already says where to start")
         if num_epochs is not None and start_epoch >= num_epochs:
             raise ValueError(f"start_epoch {start_epoch} is not before num_epochs {num_epochs} (epochs count from 0)")
-        start_position = 0
+        self._total_rows = sum(s["rows"] for s in self._manifest["shards"])
+        self._shard_paths = dataset.shard_paths
+        self._threads = (int(num_threads), int(prefetch_windows))
+        start_position, ranges = 0, None
         if state is not None:
-            start_epoch, start_position = self._resume_point(state)
-        options = ReaderOptions()
-        for shard_path, shard in zip(dataset.shard_paths, self._manifest["shards"]):
-            options.add_shard(shard_path, list(shard["row_groups"]))
-        for name in ("columns", "batch_size", "drop_remainder", "shard_index", "shard_count", "num_epochs", "seed",
-                     "shuffle", "window_row_groups"):
-            setattr(options, name, self._settings[name])
-        options.num_threads = int(num_threads)
-        options.prefetch_windows = int(prefetch_windows)
-        options.start_epoch, options.start_position = start_epoch, start_position
+            start_epoch, start_position, ranges = self._resume_point(state)
+        # An elastic state's epoch is served from its ranges; this rank's own slices follow from the next epoch.
+        self._elastic = _ElasticEpoch(start_epoch, ranges, start_position) if ranges is not None else None
+        if self._elastic is not None:
+            start_epoch, start_position = start_epoch + 1, 0
         try:
-            self._native = NativeReader(options)
-            self._native.start()
+            self._native = NativeReader(self._options(start_epoch, start_position))
+            if self._elastic is None:
+                self._native.start()
         except NativeError as err:
             raise OutputError(str(err)) from None
         # One consumer at a time: concurrent next() calls are serialised, so threads sharing a
         # reader each get whole, distinct batches (no row twice, none lost).
         self._lock = threading.Lock()
+
+    def _options(self, start_epoch: int, start_position: int, piece: tuple[int, int] | None = None) -> ReaderOptions:
+        options = ReaderOptions()
+        for shard_path, shard in zip(self._shard_paths, self._manifest["shards"]):
+            options.add_shard(shard_path, list(shard["row_groups"]))
+        for name in ("columns", "batch_size", "drop_remainder", "shard_index", "shard_count", "num_epochs", "seed",
+                     "shuffle", "window_row_groups"):
+            setattr(options, name, self._settings[name])
+        options.num_threads, options.prefetch_windows = self._threads
+        options.start_epoch, options.start_position = start_epoch, start_position
+        if piece is not None:  # one piece of an elastic epoch: exactly that epoch, that slice, batched by us
+            options.slice_begin, options.slice_end = piece
+            options.num_epochs, options.drop_remainder = start_epoch + 1, False
+        return options
 
     def _dataset_fingerprint(self) -> str:
         digest = hashlib.sha256()
@@ -150,32 +163,89 @@ class ShardReader:
             digest.update(f"{shard['path']}:{shard['rows']}:{shard['sha256']};".encode())
         return digest.hexdigest()[:16]
 
-    def _resume_point(self, state: bytes | None) -> tuple[int, int]:
-        if state is None:
-            return 0, 0
-        try:
-            saved = json.loads(state)
-        except ValueError:
-            raise ValueError("state is not a ShardReader state") from None
-        if saved.get("v") != STATE_VERSION:
-            raise ValueError(f"state version {saved.get('v')!r}, expected {STATE_VERSION}")
+    def _resume_point(self, state: bytes) -> tuple[int, int, list[tuple[int, int]] | None]:
+        saved = _parse_state(state)
         differing = [k for k, v in self._settings.items() if saved.get(k) != v]
         if differing:
             raise ValueError(f"state was taken with other settings: {', '.join(differing)}")
         epoch, position = saved.get("epoch"), saved.get("position")
-        total_rows = sum(s["rows"] for s in self._manifest["shards"])
         last_epoch = self._settings["num_epochs"] or MAX_EPOCH
-        for name, value, hi in (("epoch", epoch, last_epoch), ("position", position, total_rows)):
+        ranges = _checked_ranges(saved.get("ranges"), self._total_rows) if "ranges" in saved else None
+        last_position = self._total_rows if ranges is None else sum(hi - lo for lo, hi in ranges)
+        for name, value, hi in (("epoch", epoch, last_epoch), ("position", position, last_position)):
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= hi:
                 raise ValueError(f"state field {name} {value!r} is outside 0..{hi}")
-        return epoch, position
+        if ranges is not None and epoch >= last_epoch:
+            raise ValueError(f"state field epoch {epoch} is not before num_epochs {last_epoch}")
+        return epoch, position, ranges
+
+    @staticmethod
+    def elastic_states(states: Sequence[bytes], shard_count: int) -> list[bytes]:
+        """States for `shard_count` ranks that continue what the ranks of `states` left of their epoch.
+
+        `states` are the state() of every rank of one run (all shard_index
+        values of its shard_count, taken at the same epoch). The rows of that
+        epoch the ranks still had to serve are split into `shard_count` equal
+        runs in epoch order (fewer than shard_count rows are left over, as at
+        the end of every epoch); rank j resumes with ShardReader(...,
+        shard_index=j, shard_count=shard_count, state=result[j]): it serves
+        its run, then the following epochs in the new layout. Nothing of the
+        epoch is served twice; an elastic state can be resized again.
+        """
+        if isinstance(shard_count, bool) or not isinstance(shard_count, int) or shard_count < 1:
+            raise ValueError(f"shard_count must be an integer >= 1, got {shard_count!r}")
+        saved = [_parse_state(state) for state in states]
+        if not saved:
+            raise ValueError("elastic_states needs the state of every rank, got none")
+        shared = {k: v for k, v in saved[0].items() if k not in _PER_RANK_FIELDS}
+        for other in saved[1:]:
+            differing = sorted(k for k in set(shared) | set(other)
+                               if k not in _PER_RANK_FIELDS and other.get(k) != shared.get(k))
+            if differing:
+                raise ValueError(f"the states were taken with different settings: {', '.join(differing)}")
+        old_count = saved[0]["shard_count"]
+        indices = sorted(state["shard_index"] for state in saved)
+        if indices != list(range(old_count)) or any(state["shard_count"] != old_count for state in saved):
+            raise ValueError(f"need exactly one state per rank 0..{old_count - 1}, got ranks {indices}")
+        epochs = {state["epoch"] for state in saved}
+        if len(epochs) != 1:
+            raise ValueError(f"the ranks are at different epochs {sorted(epochs)}: resume from a checkpoint where "
+                             "they are at the same one")
+        epoch = epochs.pop()
+        total = _parse_total(shared)
+        if shared.get("num_epochs") and epoch >= shared["num_epochs"]:  # the stream had ended: it stays ended
+            return [json.dumps({**shared, "shard_index": rank, "shard_count": shard_count, "epoch": epoch,
+                                "position": 0}, separators=(",", ":")).encode() for rank in range(shard_count)]
+        remaining: list[tuple[int, int]] = []
+        for state in saved:
+            ranges = state.get("ranges")
+            if ranges is None:  # the rank's own slice of the epoch
+                per_rank = total // old_count
+                ranges = [(state["shard_index"] * per_rank, (state["shard_index"] + 1) * per_rank)]
+            position = state.get("position")
+            if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+                raise ValueError(f"state field position {position!r} is not a row count")
+            remaining += _skip_rows(_checked_ranges(ranges, total), position)
+        remaining = _merged(remaining)
+        per_rank = sum(hi - lo for lo, hi in remaining) // shard_count
+        out = []
+        for rank in range(shard_count):
+            mine = _take_rows(_skip_rows(remaining, rank * per_rank), per_rank)
+            out.append(json.dumps({**shared, "shard_index": rank, "shard_count": shard_count, "epoch": epoch,
+                                   "position": 0, "ranges": [list(r) for r in mine]},
+                                  separators=(",", ":")).encode())
+        return out
 
     def state(self) -> bytes:
         """A small serialisable checkpoint: a reader built with it continues exactly here."""
         with self._lock:
-            epoch, position = self._native.epoch, self._native.position
-        return json.dumps({"v": STATE_VERSION, **self._settings, "epoch": epoch, "position": position},
-                          separators=(",", ":")).encode()
+            if self._elastic is not None:
+                epoch, position = self._elastic.epoch, self._elastic.served
+                extra = {"ranges": [list(r) for r in self._elastic.ranges]}
+            else:
+                epoch, position, extra = self._native.epoch, self._native.position, {}
+        return json.dumps({"v": STATE_VERSION, **self._settings, "rows": self._total_rows, "epoch": epoch,
+                           "position": position, **extra}, separators=(",", ":")).encode()
 
     @property
     def rows_per_epoch(self) -> int:
@@ -192,15 +262,53 @@ class ShardReader:
     def __next__(self) -> dict:
         try:
             with self._lock:
-                batch = self._native.next_batch()
+                batch = self._next_elastic() if self._elastic is not None else None
+                if batch is None:
+                    batch = self._native.next_batch()
         except NativeError as err:
             raise OutputError(str(err)) from None
         if batch is None:
             raise StopIteration
         return batch
 
+    def _next_elastic(self) -> dict | None:
+        """The next batch of an elastic epoch (pieces read one at a time, batches cut across them),
+        or None once it is done (the rank's own stream then starts)."""
+        elastic = self._elastic
+        left = elastic.total - elastic.served
+        if left == 0 or (self._settings["drop_remainder"] and left < self._settings["batch_size"]):
+            elastic.close()
+            self._elastic = None
+            self._native.start()
+            return None
+        need = min(self._settings["batch_size"], left)
+        parts = []
+        while need > 0:
+            if elastic.pending is None:
+                if elastic.piece is None:
+                    elastic.piece = NativeReader(self._options(elastic.epoch, 0, elastic.next_piece()))
+                    elastic.piece.start()
+                elastic.pending = elastic.piece.next_batch()
+                if elastic.pending is None:
+                    elastic.piece.stop()
+                    elastic.piece = None
+                    continue
+            rows = len(elastic.pending["record_index"])
+            take = min(need, rows)
+            parts.append({k: v[:take] if isinstance(v, np.ndarray) else v for k, v in elastic.pending.items()})
+            elastic.pending = ({k: v[take:] if isinstance(v, np.ndarray) else v for k, v in elastic.pending.items()}
+                               if take < rows else None)
+            need -= take
+        elastic.served += sum(len(part["record_index"]) for part in parts)
+        if len(parts) == 1:
+            return parts[0]
+        return {k: np.concatenate([part[k] for part in parts]) if isinstance(v, np.ndarray) else v
+                for k, v in parts[0].items()}
+
     def close(self) -> None:
         """Stops the decoding threads (idempotent)."""
+        if self._elastic is not None:
+            self._elastic.close()
         self._native.stop()
 
     def __enter__(self) -> "ShardReader":
@@ -213,6 +321,102 @@ class ShardReader:
         native = getattr(self, "_native", None)
         if native is not None:
             native.stop()
+        elastic = getattr(self, "_elastic", None)
+        if elastic is not None:
+            elastic.close()
+
+
+# State fields that differ between the ranks of one run.
+_PER_RANK_FIELDS = ("shard_index", "shard_count", "epoch", "position", "ranges")
+
+
+class _ElasticEpoch:
+    """The epoch an elastic state resumes: the rows of `ranges` (epoch positions), `served` already."""
+
+    def __init__(self, epoch: int, ranges: list[tuple[int, int]], served: int):
+        self.epoch = epoch
+        self.ranges = ranges
+        self.total = sum(hi - lo for lo, hi in ranges)
+        self.served = served
+        self._pieces = [r for r in _skip_rows(ranges, served) if r[1] > r[0]]
+        self.piece = None  # the NativeReader of the piece being read
+        self.pending: dict | None = None  # rows of its last batch not yet served
+
+    def next_piece(self) -> tuple[int, int]:
+        return self._pieces.pop(0)
+
+    def close(self) -> None:
+        if self.piece is not None:
+            self.piece.stop()
+            self.piece = None
+
+
+def _parse_state(state: bytes) -> dict:
+    try:
+        saved = json.loads(state)
+    except (ValueError, TypeError):
+        raise ValueError("state is not a ShardReader state") from None
+    if not isinstance(saved, dict) or saved.get("v") != STATE_VERSION:
+        version = saved.get("v") if isinstance(saved, dict) else None
+        raise ValueError(f"state version {version!r}, expected {STATE_VERSION}")
+    return saved
+
+
+def _parse_total(saved: dict) -> int:
+    total = saved.get("rows")
+    if isinstance(total, bool) or not isinstance(total, int) or total < 0:
+        raise ValueError("state has no row count (taken before elastic resume existed?)")
+    return total
+
+
+def _checked_ranges(ranges, total: int) -> list[tuple[int, int]]:
+    """Sorted, disjoint [lo, hi) ranges of epoch positions within [0, total)."""
+    if not isinstance(ranges, list) or len(ranges) > 1_000_000:
+        raise ValueError("state field ranges is not a list of [begin, end] pairs")
+    out, last = [], 0
+    for item in ranges:
+        if (not isinstance(item, (list, tuple)) or len(item) != 2
+                or any(isinstance(v, bool) or not isinstance(v, int) for v in item)):
+            raise ValueError(f"state field ranges holds {item!r}, not a [begin, end] pair of integers")
+        lo, hi = item
+        if not last <= lo <= hi <= total:
+            raise ValueError(f"state field ranges: [{lo}, {hi}) is out of order or outside 0..{total}")
+        out.append((lo, hi))
+        last = hi
+    return out
+
+
+def _take_rows(ranges: list[tuple[int, int]], rows: int) -> list[tuple[int, int]]:
+    """The first `rows` positions of `ranges`, as ranges."""
+    out = []
+    for lo, hi in ranges:
+        if rows <= 0:
+            break
+        out.append((lo, min(hi, lo + rows)))
+        rows -= out[-1][1] - lo
+    return out
+
+
+def _skip_rows(ranges: list[tuple[int, int]], rows: int) -> list[tuple[int, int]]:
+    """`ranges` without their first `rows` positions."""
+    out = []
+    for lo, hi in ranges:
+        skip = min(rows, hi - lo)
+        rows -= skip
+        if lo + skip < hi:
+            out.append((lo + skip, hi))
+    return out
+
+
+def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Disjoint ranges sorted, touching ones joined."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        elif hi > lo:
+            out.append((lo, hi))
+    return out
 
 
 def frames_as(batch: dict, dtype: np.dtype, column: str = "frame") -> np.ndarray:

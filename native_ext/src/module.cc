@@ -247,6 +247,8 @@ PYBIND11_MODULE(_native, m) {
       .def_readwrite("drop_remainder", &shardmill::ReaderOptions::drop_remainder)
       .def_readwrite("shard_index", &shardmill::ReaderOptions::shard_index)
       .def_readwrite("shard_count", &shardmill::ReaderOptions::shard_count)
+      .def_readwrite("slice_begin", &shardmill::ReaderOptions::slice_begin)
+      .def_readwrite("slice_end", &shardmill::ReaderOptions::slice_end)
       .def_readwrite("num_epochs", &shardmill::ReaderOptions::num_epochs)
       .def_readwrite("seed", &shardmill::ReaderOptions::seed)
       .def_readwrite("shuffle", &shardmill::ReaderOptions::shuffle)

@@ -17,6 +17,11 @@ struct ReaderOptions {
   bool drop_remainder = false;         // drop each epoch's last partial batch
   int64_t shard_index = 0;             // this rank
   int64_t shard_count = 1;             // number of ranks
+  // Instead of the rank's slice: epoch positions [slice_begin, slice_end) of
+  // every epoch (both >= 0; an elastic resume reads what remains of an epoch
+  // as such pieces). -1: the rank's slice.
+  int64_t slice_begin = -1;
+  int64_t slice_end = -1;
   int64_t num_epochs = 1;              // 0: unbounded
   uint64_t seed = 0;
   bool shuffle = true;                 // false: row groups and rows in manifest order

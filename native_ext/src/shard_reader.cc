@@ -78,6 +78,13 @@ arrow::Status ShardReader::Init() {
   for (const auto& shard : o.shards) rows.insert(rows.end(), shard.row_group_rows.begin(), shard.row_group_rows.end());
   layout_ = std::make_shared<DatasetLayout>(std::move(rows));
   rank_rows_ = layout_->num_rows() / o.shard_count;
+  if (o.slice_begin != -1 || o.slice_end != -1) {
+    if (o.slice_begin < 0 || o.slice_end < o.slice_begin || o.slice_end > layout_->num_rows()) {
+      return arrow::Status::Invalid("slice [", o.slice_begin, ", ", o.slice_end, ") is not within the epoch's ",
+                                    layout_->num_rows(), " rows");
+    }
+    rank_rows_ = o.slice_end - o.slice_begin;
+  }
 
   // Column types come from the first shard; every other shard is checked against them when opened.
   auto first = ShardHandle::Open(o.shards[0]);

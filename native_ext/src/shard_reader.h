@@ -80,7 +80,9 @@ class ShardReader {
   arrow::Status Init();
   void RecordSeeds(const int64_t* record_index, int64_t rows, uint64_t* record_seed) const;
   // The first epoch position of this rank's slice.
-  int64_t RankStart() const { return options_.shard_index * rank_rows_; }
+  int64_t RankStart() const {
+    return options_.slice_begin >= 0 ? options_.slice_begin : options_.shard_index * rank_rows_;
+  }
 
   ReaderOptions options_;
   std::shared_ptr<const DatasetLayout> layout_;
