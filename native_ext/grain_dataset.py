@@ -1,0 +1,169 @@
+"""Grain adapters (JAX): a shardmill output directory as a Grain IterDataset, and as a RandomAccessDataSource.
+
+Requires grain (not a shardmill dependency: `pip install grain`).
+
+- `ShardIterDataset`: the native reader's stream (its shuffle, sharding and
+  speed) as a `grain.IterDataset`; its iterator's `get_state()` /
+  `set_state()` checkpoint the stream exactly (Grain's checkpointing and
+  Orbax save those dicts). On several hosts, host h of H reads
+  `shard_index=h, shard_count=H` (jax.process_index(), jax.process_count()).
+- `ShardDataSource`: record i of the output (shards in manifest order, rows
+  in file order) for Grain's `MapDataset.source(...)` / `IndexSampler`,
+  whose own shuffle and sharding then apply. Row groups are decoded whole
+  through pyarrow and kept in a small cache (random access over Parquet reads
+  a row group per miss, so Grain's shuffled order is slow on large row
+  groups: prefer ShardIterDataset for training, the source where Grain must
+  own the order). Thread-safe; picklable (the cache and open files are not
+  pickled).
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import threading
+from typing import Sequence
+
+import grain
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from shardmill.native_ext.dataset import open_dataset
+from shardmill.native_ext.reader import ShardReader
+
+
+class ShardIterDataset(grain.IterDataset):
+    """ShardReader batches as a Grain IterDataset (keyword arguments go to ShardReader)."""
+
+    def __init__(self, path: str, batch_size: int = 256, columns: Sequence[str] = ("frame",), **reader_kwargs):
+        super().__init__()
+        if "state" in reader_kwargs:
+            raise TypeError("restore with the iterator's set_state(), not state=")
+        self._args = (path, batch_size, list(columns))
+        self._reader_kwargs = reader_kwargs
+
+    def __iter__(self) -> "_ShardDatasetIterator":
+        return _ShardDatasetIterator(self._args, self._reader_kwargs)
+
+    def __str__(self) -> str:
+        return f"ShardIterDataset({self._args[0]!r})"
+
+
+class _ShardDatasetIterator(grain.DatasetIterator):
+    def __init__(self, args, reader_kwargs):
+        super().__init__()
+        self._args, self._reader_kwargs = args, reader_kwargs
+        self._reader: ShardReader | None = None
+        self._restore: bytes | None = None
+        self._lock = threading.Lock()
+
+    def _open(self) -> ShardReader:
+        if self._reader is None:
+            self._reader = ShardReader(*self._args, state=self._restore, **self._reader_kwargs)
+            self._restore = None
+        return self._reader
+
+    def __next__(self) -> dict:
+        with self._lock:
+            return next(self._open())
+
+    def get_state(self) -> dict:
+        """JSON-serialisable: the reader's checkpoint as text."""
+        with self._lock:
+            return {"reader_state": self._open().state().decode()}
+
+    def set_state(self, state: dict) -> None:
+        if not isinstance(state, dict) or not isinstance(state.get("reader_state"), str):
+            raise ValueError("not a ShardIterDataset iterator state")
+        with self._lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
+            self._restore = state["reader_state"].encode()
+            self._open()  # a bad state is refused here, not at the next element
+
+    def close(self) -> None:
+        with self._lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
+
+
+class ShardDataSource(grain.sources.RandomAccessDataSource):
+    """Record i of a shardmill output as a dict of numpy values (fixed-size binary as uint8 arrays).
+
+    cached_row_groups: decoded row groups kept (least recently used goes first).
+    """
+
+    def __init__(self, path: str, columns: Sequence[str] = ("frame",), cached_row_groups: int = 8):
+        if cached_row_groups < 1:
+            raise ValueError(f"cached_row_groups must be >= 1, got {cached_row_groups}")
+        dataset = open_dataset(path, False, columns=list(columns))  # the untrusted-output checks
+        self._path = path
+        self._columns = list(columns)
+        self._cached_row_groups = cached_row_groups
+        self._shard_paths = list(dataset.shard_paths)  # checked: inside the output, absolute or URIs
+        self._groups = [(s, g) for s, shard in enumerate(dataset.manifest["shards"])
+                        for g in range(len(shard["row_groups"]))]
+        sizes = [n for shard in dataset.manifest["shards"] for n in shard["row_groups"]]
+        self._starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).tolist()
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
+        self._lock = threading.Lock()
+        self._cache: collections.OrderedDict = collections.OrderedDict()
+        self._local = threading.local()  # per thread: open ParquetFiles (a reader is not shared across threads)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        for name in ("_lock", "_cache", "_local"):
+            del state[name]
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._init_runtime()
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    def _row_group(self, group: int) -> dict:
+        with self._lock:
+            if group in self._cache:
+                self._cache.move_to_end(group)
+                return self._cache[group]
+        shard, index = self._groups[group]
+        files = self._local.__dict__.setdefault("files", {})
+        if shard not in files:
+            filesystem, path = pafs.FileSystem.from_uri(self._shard_paths[shard])
+            files[shard] = pq.ParquetFile(filesystem.open_input_file(path))
+        # Decoded outside the lock (pyarrow releases the GIL): threads decode different row groups at once.
+        table = files[shard].read_row_group(index, columns=self._columns)
+        decoded = {}
+        for name in self._columns:
+            column = table.column(name).combine_chunks()
+            if pa.types.is_fixed_size_binary(column.type):
+                width = column.type.byte_width
+                values = np.frombuffer(column.buffers()[1], np.uint8)
+                decoded[name] = values[column.offset * width:(column.offset + len(column)) * width].reshape(-1, width)
+            else:
+                decoded[name] = column.to_numpy(zero_copy_only=False)
+        with self._lock:
+            self._cache[group] = decoded
+            while len(self._cache) > self._cached_row_groups:
+                self._cache.popitem(last=False)
+        return decoded
+
+    def __getitem__(self, record_key: int) -> dict:
+        key = int(record_key)
+        if not 0 <= key < len(self):
+            raise IndexError(f"record {key} is outside 0..{len(self) - 1} of {self._path}")
+        group = bisect.bisect_right(self._starts, key) - 1
+        decoded = self._row_group(group)
+        row = key - self._starts[group]
+        return {name: values[row] for name, values in decoded.items()}
+
+    def __repr__(self) -> str:
+        return f"ShardDataSource({self._path!r}, columns={self._columns})"
