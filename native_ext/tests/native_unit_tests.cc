@@ -1,7 +1,8 @@
 // Unit tests of the native reader's parts, without Python: the Feistel
 // permutation, the epoch order, the window buffers and their cache, the
-// recycling decode pool, PLAIN page reading, row placement, and the reader
-// assembled from them (coverage across ranks, views vs copies, resume).
+// recycling decode pool, PLAIN page reading, row placement, the reader
+// assembled from them (coverage across ranks, views vs copies, resume), and
+// the token job's kernels (blending indices, byte runs).
 //
 // A self-contained harness (a fresh machine has no test framework to
 // install): each TEST registers itself, CHECK records a failure with its
@@ -9,6 +10,7 @@
 // on any failure. Run by `bash dev.sh test` (and under AddressSanitizer by
 // `bash dev.sh asan`).
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -34,9 +36,11 @@
 #include "feistel.h"
 #include "large_buffer.h"
 #include "plain_pages.h"
+#include "blending.h"
 #include "recycling_pool.h"
 #include "row_placement.h"
 #include "shard_reader.h"
+#include "token_runs.h"
 
 namespace {
 
@@ -514,6 +518,47 @@ TEST(ReaderReportsBadShardsAsErrorsOfTheirBatches) {
 }
 
 }  // namespace
+
+// Megatron's greedy blending: shares track the weights within one sample,
+// ties go to the first dataset, and each dataset's samples are taken in order.
+TEST(BlendingIndicesFollowTheWeightsGreedily) {
+  const std::vector<double> weights = {0.5, 0.3, 0.2};
+  const int64_t size = 10000;
+  std::vector<int16_t> index(size);
+  std::vector<int64_t> sample(size);
+  shardmill::BuildBlendingIndices(weights.data(), 3, size, index.data(), sample.data());
+  std::vector<int64_t> taken(3, 0);
+  for (int64_t i = 0; i < size; ++i) {
+    CHECK(index[i] >= 0 && index[i] < 3);
+    CHECK(sample[i] == taken[index[i]]);
+    ++taken[index[i]];
+    for (int d = 0; d < 3; ++d) CHECK(std::abs(static_cast<double>(taken[d]) - weights[d] * (i + 1)) <= 1.0);
+  }
+  const std::vector<double> equal = {0.5, 0.5};
+  std::vector<int16_t> tie_index(4);
+  std::vector<int64_t> tie_sample(4);
+  shardmill::BuildBlendingIndices(equal.data(), 2, 4, tie_index.data(), tie_sample.data());
+  CHECK((tie_index == std::vector<int16_t>{0, 1, 0, 1}));
+}
+
+TEST(CopyRunsCopiesBackToBackAndRefusesRunsOutsideTheSource) {
+  std::vector<uint8_t> src(100);
+  std::iota(src.begin(), src.end(), 0);
+  std::vector<uint8_t> dest(10, 0xFF);
+  const std::vector<int64_t> starts = {90, 5, 0}, lengths = {4, 3, 2};
+  CHECK(shardmill::CopyRuns(src.data(), 100, starts.data(), lengths.data(), 3, dest.data(), 10).empty());
+  CHECK((std::vector<uint8_t>(dest.begin(), dest.begin() + 9) == std::vector<uint8_t>{90, 91, 92, 93, 5, 6, 7, 0, 1}));
+  CHECK(dest[9] == 0xFF);
+  const int64_t huge = int64_t{1} << 62;
+  for (auto [start, length] : std::vector<std::pair<int64_t, int64_t>>{{98, 3}, {-1, 1}, {huge, huge}, {0, -2}}) {
+    std::vector<uint8_t> untouched(10, 0xAA);
+    const std::string error = shardmill::CopyRuns(src.data(), 100, &start, &length, 1, untouched.data(), 10);
+    CHECK(error.find("outside the 100-byte source") != std::string::npos);
+    CHECK(untouched == std::vector<uint8_t>(10, 0xAA));  // nothing copied before the check
+  }
+  const int64_t start = 0, length = 11;
+  CHECK(!shardmill::CopyRuns(src.data(), 100, &start, &length, 1, dest.data(), 10).empty());
+}
 
 int main() {
   int passed = 0, failed = 0;
