@@ -11,6 +11,7 @@ import math
 from google.protobuf import text_format
 
 from shardmill.proto import shardmill_config_pb2 as config_pb2
+from shardmill.transforms.event_sources import arrow_type
 
 JobConfig = config_pb2.JobConfig
 TokenSplit = config_pb2.TokenSplit
@@ -123,6 +124,18 @@ def validate(config: JobConfig, require_input: bool = True) -> JobConfig:
             raise ConfigError(f"label_sampling.ratio: must be a finite number > 0, got {labels.ratio}")
         if labels.max_partition_bytes < 1:
             raise ConfigError("label_sampling.max_partition_bytes: must be >= 1")
+        names = list(labels.column_names)
+        if len(set(names)) != len(names) or "" in names:
+            raise ConfigError(f"label_sampling.column_names: must be distinct and non-empty, got {names}")
+        if names and labels.label_column not in names:
+            raise ConfigError(f"label_sampling.column_names: has no label column {labels.label_column!r}")
+        for column, alias in labels.column_types.items():
+            if names and column not in names:
+                raise ConfigError(f"label_sampling.column_types: {column!r} is not in column_names")
+            try:
+                arrow_type(alias)
+            except ValueError as err:
+                raise ConfigError(f"label_sampling.column_types[{column!r}]: {err}") from None
     return config
 
 

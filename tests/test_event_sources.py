@@ -3,12 +3,12 @@
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shardmill.transforms.event_sources import read_events
+from shardmill.transforms.event_sources import EventReadOptions, read_events
 from tests.conftest import local_open
 
 
 def read(path, label="clicked", targets=("1",)):
-    return read_events(str(path), label, list(targets), opener=local_open)
+    return read_events(str(path), EventReadOptions(label, tuple(targets)), opener=local_open)
 
 
 def test_csv_keeps_columns_and_types_and_names_malformed_lines(tmp_path):
@@ -72,7 +72,7 @@ from shardmill.transforms.event_sources import split_file  # noqa: E402
 
 
 def read_range(part, label="clicked"):
-    return read_events(part, label, ["1"], opener=local_open)
+    return read_events(part, EventReadOptions(label), opener=local_open)
 
 
 def test_large_csv_splits_on_line_boundaries_and_keeps_file_line_numbers(tmp_path):
@@ -108,7 +108,7 @@ def test_large_parquet_splits_by_row_groups(tmp_path):
                    path, row_group_size=1000)
     ranges = split_file(str(path), path.stat().st_size, 20_000, opener=local_open)
     assert len(ranges) > 1 and ranges[0].first_group == 0 and ranges[-1].end_group == 10
-    parts = [read_events(r, "clicked", ["True"], opener=local_open) for r in ranges]
+    parts = [read_events(r, EventReadOptions("clicked", ("True",)), opener=local_open) for r in ranges]
     assert [i for p in parts for i in p.table["id"].to_pylist()] == list(range(10_000))
 
 
@@ -117,3 +117,138 @@ def test_small_files_are_one_partition_named_after_the_file(tmp_path):
     path.write_text("id,clicked\n1,1\n")
     (only,) = split_file(str(path), path.stat().st_size, 1 << 20, opener=local_open)
     assert only.name == "small.csv" and read_range(only).table.num_rows == 1
+
+
+# ---- logs as they really arrive --------------------------------------------------
+
+import csv  # noqa: E402
+import io  # noqa: E402
+import json  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from shardmill.transforms.event_sources import common_root, record_ends  # noqa: E402
+
+
+def _quoted_csv(rows: int) -> str:
+    """Comments with quoted newlines, commas and doubled quotes, several per ~600 bytes."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["id", "comment", "clicked"])
+    for i in range(rows):
+        comment = f'line one of {i}\n"quoted", second line\n,third' if i % 3 == 0 else f"plain {i}"
+        writer.writerow([i, comment, int(i % 4 == 0)])
+    return out.getvalue()
+
+
+def test_splitting_a_csv_never_cuts_inside_a_quoted_field(tmp_path):
+    path = tmp_path / "quoted.csv"
+    path.write_text(_quoted_csv(600))
+    data = path.read_bytes()
+    # Without quote awareness some cuts would land inside a field: the test can fail.
+    inside = [n for n in range(500, len(data), 500) if data.count(b'"', 0, data.find(b"\n", n)) % 2]
+    assert inside
+    ranges = split_file(str(path), len(data), 500, opener=local_open)
+    assert len(ranges) > 20
+    parts = [read_range(r) for r in ranges]
+    whole = read(path)
+    assert not [d for p in parts for d in p.dead_letters] and not whole.dead_letters
+    assert pa.concat_tables([p.table for p in parts]).equals(whole.table)
+    assert whole.table["id"].to_pylist() == list(range(600))
+
+
+def test_a_csv_with_a_stray_quote_is_read_whole_and_says_why(tmp_path):
+    path = tmp_path / "stray.csv"
+    path.write_text("id,comment,clicked\n" + "".join(f'{i},say "hi" {i},{i % 2}\n' for i in range(400)))
+    (only,) = split_file(str(path), path.stat().st_size, 500, opener=local_open)
+    assert only.count == 1 and only.not_split.startswith("line 2: a quote inside an unquoted field")
+    assert read_range(only).table.num_rows == 400
+
+
+def test_record_ends_count_only_newlines_outside_quotes():
+    ends, why = record_ends(b'a,b\n1,"x\ny"\n2,"p""q\nr"\n3,z\n', "csv")
+    assert why == "" and ends.tolist() == [4, 12, 23, 27]
+    assert record_ends(b'{"a": "x\\ny"}\n{"a": 1}\n', "jsonl")[0].tolist() == [14, 23]
+
+
+def test_headerless_tsv_in_the_article_layout_reads_every_line(tmp_path):
+    rng = np.random.default_rng(3)
+    clicks = (rng.random(2000) < 0.03).astype(int)
+    path = tmp_path / "day.tsv"
+    path.write_text("".join(f"{c}\t{i}\t{i * 7 % 13}\tad{i % 5}\n" for i, c in enumerate(clicks)))
+    options = EventReadOptions("is_click", ("1",), ("is_click", "i1", "i2", "c1"), (("i2", "string"),))
+    part = read_events(str(path), options, opener=local_open)
+    assert part.table.num_rows == 2000 and part.table.column_names == ["is_click", "i1", "i2", "c1"]
+    assert part.table.schema.field("i2").type == pa.string() and part.table.schema.field("i1").type == pa.int64()
+    assert part.target_mask().sum() == clicks.sum() and not part.dead_letters
+    ranges = split_file(str(path), path.stat().st_size, 3000, opener=local_open)
+    split = [read_events(r, options, opener=local_open) for r in ranges]
+    assert len(ranges) > 3 and sum(p.table.num_rows for p in split) == 2000
+    assert pa.concat_tables([p.table for p in split])["i1"].to_pylist() == list(range(2000))
+
+
+def test_null_labels_and_bad_rows_are_named_by_file_line_in_csv(tmp_path):
+    path = tmp_path / "nulls.csv"
+    # Line 1 header; 2-3 one record with a quoted newline; 4 blank; 5 bad; 6 null label; 7 ok; 8 null label.
+    path.write_text('id,note,clicked\n1,"two\nlines",1\n\n2,x\n3,y,\n4,z,0\n5,w,\n')
+    part = read(path)
+    assert part.table["id"].to_pylist() == [1, 4]
+    assert [(d.reason, d.member) for d in part.dead_letters] == [
+        ("malformed_row", "line 5"), ("malformed_row", "line 6"), ("malformed_row", "line 8")]
+    assert "clicked is null" in part.dead_letters[1].detail
+
+
+def test_null_labels_are_named_by_file_line_in_csv_ranges(tmp_path):
+    lines = ["id,clicked"] + [f"{i},{i % 3 == 0:d}" for i in range(3000)]
+    lines[2500] = "2499,"  # file line 2501
+    path = tmp_path / "big.csv"
+    path.write_text("\n".join(lines) + "\n")
+    ranges = split_file(str(path), path.stat().st_size, 4000, opener=local_open)
+    dead = [d.member for r in ranges for d in read_range(r).dead_letters]
+    assert len(ranges) > 3 and dead == ["line 2501"]
+
+
+def test_null_labels_are_named_by_file_line_in_json_lines(tmp_path):
+    path = tmp_path / "nulls.jsonl"
+    path.write_text('{"id": 1, "clicked": 1}\n\n{"id": 2, "clicked": null}\n{"id": 3}\n{"id": 4, "clicked": 0}\n')
+    assert [d.member for d in read(path).dead_letters] == ["line 3", "line 4"]
+    path.write_text('{"id": 1, "clicked": 1}\n\n{"id": 2, "clicked": null}\n{broken\n{"id": 4}\n')
+    assert [d.member for d in read(path).dead_letters] == ["line 4", "line 3", "line 5"]
+
+
+def test_boolean_labels_match_true_and_one(tmp_path):
+    path = tmp_path / "bools.jsonl"
+    path.write_text("".join(json.dumps({"id": i, "clicked": i % 3 == 0}) + "\n" for i in range(9)))
+    expected = [i % 3 == 0 for i in range(9)]
+    for targets in (("1",), ("true",), ("True",)):
+        assert read(path, targets=targets).is_target.to_pylist() == expected
+    assert read(path, targets=("0",)).is_target.to_pylist() == [not e for e in expected]
+    assert read(path, targets=("yes",)).is_target.to_pylist() == [False] * 9
+    floats = tmp_path / "floats.parquet"
+    pq.write_table(pa.table({"clicked": [1.0, 0.0, 2.5]}), floats)
+    assert read(floats, targets=("1",)).is_target.to_pylist() == [True, False, False]
+
+
+def test_a_nested_label_column_dead_letters_the_file(tmp_path):
+    path = tmp_path / "nested.parquet"
+    pq.write_table(pa.table({"id": [1, 2], "clicked": [{"v": 1}, {"v": 0}]}), path)
+    part = read(path)
+    assert part.table.num_rows == 0 and [d.reason for d in part.dead_letters] == ["unsupported_label_type"]
+    assert "'clicked' is struct<v: int64>" in part.dead_letters[0].detail
+    lists = tmp_path / "lists.jsonl"
+    lists.write_text('{"clicked": [1]}\n')
+    assert [d.reason for d in read(lists).dead_letters] == ["unsupported_label_type"]
+
+
+def test_partitions_are_named_by_their_path_below_the_inputs_root(tmp_path):
+    for day in ("2026-11-01", "2026-11-02"):
+        (tmp_path / "logs" / day).mkdir(parents=True)
+        (tmp_path / "logs" / day / "part-0.csv").write_text("id,clicked\n1,1\n")
+    logs = str(tmp_path / "logs")
+    assert common_root([logs]) == logs + "/"
+    assert common_root([f"{logs}/2026-11-01", f"{logs}/2026-11-02/part-0.csv"]) == logs + "/"
+    assert common_root([f"{logs}/*/part-*.csv"]) == logs + "/"
+    assert common_root(["gs://a/x", "gs://b/y"]) == ""
+    names = [split_file(f"{logs}/{day}/part-0.csv", 10, 1 << 20, root=logs + "/")[0].name
+             for day in ("2026-11-01", "2026-11-02")]
+    assert names == ["2026-11-01/part-0.csv", "2026-11-02/part-0.csv"]

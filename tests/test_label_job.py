@@ -115,3 +115,114 @@ def test_the_native_reader_serves_a_label_sampling_output(event_logs, tmp_path):
     clicked = [int(x) for b in batches for x in b["clicked"]]
     assert len(clicked) == sum(s["rows"] for s in manifest["shards"])
     assert sum(clicked) == truth["targets"]
+
+
+# ---- logs as they really arrive ---------------------------------------------------
+
+from shardmill.transforms.event_sources import EventReadOptions, read_events  # noqa: E402
+from shardmill.transforms.keyed_hash import fingerprint  # noqa: E402
+from shardmill.transforms.label_sampling import exact_keep_count, exact_priorities  # noqa: E402
+from tests.stats import binomial_pmf  # noqa: E402
+
+
+def run_config(inputs, out, label_sampling, num_shards=2):
+    config = validate(parse_config(
+        "".join(f'input: "{item}"\n' for item in inputs) +
+        f'seed: 3\nmax_error_fraction: 0.9\noutput {{ num_shards: {num_shards} }}\n'
+        f'label_sampling {{ {label_sampling} }}'))
+    return run_job(config, expand_inputs(inputs, EVENT_SUFFIXES), str(out), PipelineOptions([]))
+
+
+def test_exact_keeps_the_k_smallest_priorities_of_the_whole_run(event_logs, tmp_path):
+    directory, truth = event_logs
+    manifest = run(directory, tmp_path, "EXACT")
+    priorities = {}
+    for name in ("day1.csv", "day2.jsonl", "day3.parquet"):
+        part = read_events(os.path.join(directory, name), EventReadOptions("clicked"))
+        is_target = part.target_mask()
+        keys = exact_priorities(is_target, 3, fingerprint(name))
+        priorities.update({(name, row): keys[row] for row in np.flatnonzero(~is_target)})
+    keep = exact_keep_count(truth["targets"], truth["non_targets"], 4)
+    expected = set(sorted(priorities, key=priorities.get)[:keep])
+    rows = read_rows(tmp_path, manifest)
+    kept = {(p, r) for p, r, c in zip(rows["_partition"].to_pylist(), rows["_row"].to_pylist(),
+                                      rows["clicked"].to_pylist()) if int(c) == 0}
+    assert kept == expected
+
+
+def test_files_with_one_basename_in_two_folders_are_independent_partitions(tmp_path):
+    rng = np.random.default_rng(8)
+    clicks = (rng.random(20_000) < 0.05).astype(int)
+    text = "id,clicked\n" + "".join(f"{i},{c}\n" for i, c in enumerate(clicks))
+    for day in ("2026-11-01", "2026-11-02"):
+        (tmp_path / "logs" / day).mkdir(parents=True)
+        (tmp_path / "logs" / day / "part-0.csv").write_text(text)  # the same rows: only the names differ
+    manifest = run_config([str(tmp_path / "logs")], tmp_path / "out",
+                          'label_column: "clicked" ratio: 4 mode: EXACT')
+    rows = read_rows(tmp_path / "out", manifest)
+    kept = {}
+    for p, r, c in zip(rows["_partition"].to_pylist(), rows["_row"].to_pylist(), rows["clicked"].to_pylist()):
+        if int(c) == 0:
+            kept.setdefault(p, set()).add(r)
+    assert sorted(kept) == ["2026-11-01/part-0.csv", "2026-11-02/part-0.csv"]
+    # Independent keyed draws keep a row in both files with probability q^2; the same draws would keep
+    # every row kept in one file in the other too (overlap = |kept| ~ 4,000 here).
+    non_targets = int((clicks == 0).sum())
+    q = 4 * 2 * int(clicks.sum()) / (2 * non_targets)
+    pmf = binomial_pmf(non_targets, q * q)
+    low, high = np.searchsorted(np.cumsum(pmf), [1e-6, 1 - 1e-6])
+    overlap = len(kept["2026-11-01/part-0.csv"] & kept["2026-11-02/part-0.csv"])
+    assert low <= overlap <= high, (low, overlap, high)
+
+
+def test_type_drift_is_unified_where_lossless_and_dead_letters_the_file_where_not(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.csv").write_text("id,clicked\n" + "".join(f"{i},{i % 2}\n" for i in range(100)))
+    (logs / "b.csv").write_text("id,clicked\n" + "".join(f"x{i},{i % 2}\n" for i in range(50)))
+    pq.write_table(pa.table({"id": pa.array(range(100), pa.int32()), "clicked": [i % 2 for i in range(100)],
+                             "extra": [0.5] * 100}), logs / "c.parquet")
+    manifest = run_config([str(logs)], tmp_path / "out", 'label_column: "clicked" ratio: 1 mode: ADAPTIVE',
+                          num_shards=3)
+    errors = read_errors(tmp_path / "out", manifest)
+    assert [(os.path.basename(e["path"]), e["reason"]) for e in errors] == [("b.csv", "schema_conflict")]
+    assert "column 'id' is string here but int64 in the output" in errors[0]["detail"]
+    schemas = {str(pq.read_schema(os.path.join(tmp_path / "out", s["path"])).remove_metadata())
+               for s in manifest["shards"]}
+    assert len(schemas) == 1
+    rows = read_rows(tmp_path / "out", manifest)
+    assert rows.schema.field("id").type == pa.int64() and "b.csv" not in set(rows["_partition"].to_pylist())
+    assert rows.schema.field("extra").type == pa.float64()
+    accounting = manifest["stats"]["accounting"]
+    assert accounting["partitions_left_out"] == 1 and accounting["records_written"] == rows.num_rows
+    assert [p["partition"] for p in manifest["stats"]["label_sampling"]["partitions"]] == ["a.csv", "c.parquet"]
+
+
+def test_a_nested_label_column_is_a_dead_letter_not_a_crash(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "good.csv").write_text("id,clicked\n1,1\n2,0\n")
+    pq.write_table(pa.table({"id": [1], "clicked": [[1, 2]]}), logs / "nested.parquet")
+    for mode in ("EXACT", "TWO_PASS"):
+        manifest = run_config([str(logs)], tmp_path / mode, f'label_column: "clicked" ratio: 1 mode: {mode}')
+        errors = read_errors(tmp_path / mode, manifest)
+        assert [(os.path.basename(e["path"]), e["reason"]) for e in errors] == [
+            ("nested.parquet", "unsupported_label_type")]
+        assert manifest["stats"]["label_sampling"]["targets"] == 1
+
+
+def test_headerless_tsv_in_the_article_layout_runs_as_written(tmp_path):
+    rng = np.random.default_rng(21)
+    clicks = (rng.random(20_000) < 0.03).astype(int)
+    path = tmp_path / "train.tsv"
+    path.write_text("".join(f"{c}\t{i % 97}\t{i % 13}\t68fd1e64\t{i:08x}\n" for i, c in enumerate(clicks)))
+    manifest = run_config([str(path)], tmp_path / "out",
+                          'label_column: "is_click" ratio: 2 mode: EXACT max_partition_bytes: 100000 '
+                          'column_names: ["is_click", "i1", "i2", "c1", "c2"] column_types { key: "c2" value: "string" }')
+    stats = manifest["stats"]
+    assert stats["accounting"]["records_read"] == 20_000 and not read_errors(tmp_path / "out", manifest)
+    assert stats["label_sampling"]["targets"] == clicks.sum()
+    assert stats["label_sampling"]["non_targets_out"] == 2 * clicks.sum()
+    assert len(stats["label_sampling"]["partitions"]) > 3
+    rows = read_rows(tmp_path / "out", manifest)
+    assert rows.schema.field("c2").type == pa.string() and rows.column_names[:5] == ["is_click", "i1", "i2", "c1", "c2"]

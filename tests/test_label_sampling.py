@@ -10,11 +10,13 @@ import pytest
 
 from shardmill.transforms import keyed_hash
 from shardmill.transforms.label_sampling import (
-    bottom_k,
     exact_keep_count,
     exact_priorities,
     exact_select,
+    exact_cut,
     exact_threshold,
+    in_bucket,
+    priority_histogram,
     reservoir_sample,
     sample_partition,
 )
@@ -175,13 +177,36 @@ def _exact(partitions, ratio, seed):
     total_targets = sum(int(t.sum()) for t in partitions)
     total_non = sum(int((~t).sum()) for t in partitions)
     keep = exact_keep_count(total_targets, total_non, ratio)
-    candidates = [bottom_k(p[~t], keep) for p, t in zip(priorities, partitions)]
-    threshold = exact_threshold(candidates, keep)
+    histogram = sum(priority_histogram(p[~t]) for p, t in zip(priorities, partitions))
+    cut = exact_cut(histogram, keep)
+    threshold = None
+    if cut is not None:
+        threshold = exact_threshold([in_bucket(p[~t], cut[0]) for p, t in zip(priorities, partitions)], cut[1])
     return [exact_select(t, p, threshold) for p, t in zip(priorities, partitions)], keep
 
 
 def _skewed_partitions(rng):
     return [rng.random(n) < density for n, density in [(20_000, 0.002), (5_000, 0.05), (2_000, 0.3)]]
+
+
+def test_exact_threshold_from_the_histogram_is_the_kth_smallest_priority_of_the_run():
+    rng = np.random.default_rng(11)
+    # Real priorities, and crafted ones piled into a few buckets so cuts land on bucket edges.
+    crowded = (rng.integers(0, 3, 30_000).astype(np.uint64) << np.uint64(48)) | rng.integers(
+        0, 1 << 48, 30_000, dtype=np.uint64)
+    for values in (exact_priorities(np.zeros(50_000, bool), 7, 1), crowded):
+        parts = np.array_split(values, 7)
+        histogram = sum(priority_histogram(p) for p in parts)
+        assert histogram.sum() == len(values)
+        ordered = np.sort(values)
+        edges = np.cumsum(np.bincount((ordered >> np.uint64(48)).astype(np.intp)))
+        for keep in {1, 2, len(values) // 3, len(values) - 1, len(values), *edges[edges > 0][:3].tolist(),
+                     *(edges[edges > 0][:3] + 1).tolist()}:
+            if keep > len(values):
+                continue
+            bucket, rank = exact_cut(histogram, int(keep))
+            assert exact_threshold([in_bucket(p, bucket) for p in parts], rank) == ordered[keep - 1]
+    assert exact_cut(priority_histogram(values), 0) is None
 
 
 def test_exact_keeps_exactly_ratio_times_targets_across_partitions():

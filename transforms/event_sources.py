@@ -1,23 +1,38 @@
 """Event-log sources for label sampling: Parquet, CSV/TSV, JSON lines.
 
-`read_events(path, ...)` reads one partition (a whole file) into an Arrow
-table with every input column, plus the boolean target mask, and returns
-malformed rows as dead letters naming the file and line (CSV/JSON, 1-based,
-header included) or row (Parquet). A file that can't be read at all, or has
-no label column, is one dead letter; the run continues.
+`read_events(part, options)` reads one partition (a whole file, or a range
+of a large one) into an Arrow table with every input column, plus the
+boolean target mask, and returns malformed rows as dead letters naming the
+file and where in it: `line N` for text formats (the file's physical line,
+1-based, header included, quoted newlines counted), `row N` for Parquet (the
+0-based row of the file). A file that can't be read at all, has no label
+column, or whose label column is not a scalar, is one dead letter; the run
+continues.
 
-CSV columns are type-inferred; when inference meets a value it can't convert
-later in the file, the file is re-read with every column as a string (so no
-row is dropped for it).
+A partition is named by its file's path relative to the inputs' common root
+directory ("2026-11-01/part-0.parquet"), "#i" appended for range i of a split
+file: that name is `_partition` in the output and keys every random draw, so
+files with one basename in different folders are different partitions.
+
+CSV/TSV columns come from the header row, or from `column_names` for
+headerless files; types are inferred unless declared. When inference meets a
+value it can't convert later in the file, the file is re-read with every
+undeclared column as a string (so no row is dropped for it).
+
+Labels compare as strings with the configured target values: numbers by
+their shortest form (1.0 is "1"); booleans match "true"/"1" when true and
+"false"/"0" when false (any case).
 """
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import io
 import json
 import posixpath
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
@@ -25,8 +40,31 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from shardmill.transforms.chunk_index import DeadLetter
+from shardmill.transforms.discovery import GLOB_CHARS
 
 FORMATS = ("parquet", "csv", "tsv", "jsonl")
+_NEWLINE, _CR, _QUOTE = 10, 13, 34
+
+
+@dataclasses.dataclass(frozen=True)
+class EventReadOptions:
+    """What to read from event files, as plain values (they travel to workers)."""
+
+    label_column: str
+    target_values: tuple[str, ...] = ("1",)
+    column_names: tuple[str, ...] = ()  # text files without a header row: their columns, in order
+    column_types: tuple[tuple[str, str], ...] = ()  # (column, Arrow type name) declared for text files
+
+    def declared_types(self) -> dict[str, pa.DataType]:
+        return {name: arrow_type(alias) for name, alias in self.column_types}
+
+
+def arrow_type(alias: str) -> pa.DataType:
+    """An Arrow type from its name ("int64", "string", "double", "bool", "timestamp[ms]", ...)."""
+    try:
+        return pa.type_for_alias(alias)
+    except ValueError:
+        raise ValueError(f"unknown Arrow type {alias!r} (e.g. int64, double, string, bool, timestamp[ms])") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,8 +72,9 @@ class EventRange:
     """A partition: a whole event file, or a contiguous range of a large one.
 
     Parquet ranges are runs of row groups; text ranges are byte ranges that
-    start and end on line boundaries (first_line: the file's 1-based line
-    number of the range's first line).
+    start and end on record boundaries (first_line: the file's 1-based line
+    number of the range's first line; header_end: bytes of the file's first
+    record, put back before later ranges when it is the header).
     """
 
     path: str
@@ -46,10 +85,13 @@ class EventRange:
     start: int = 0
     end: int = -1
     first_line: int = 1
+    header_end: int = 0
+    relative: str = ""  # the path relative to the inputs' root; "" for the basename
+    not_split: str = ""  # why a file over the partition size is one partition anyway
 
     @property
     def name(self) -> str:
-        base = posixpath.basename(self.path)
+        base = self.relative or posixpath.basename(self.path)
         return base if self.count == 1 else f"{base}#{self.index}"
 
 
@@ -59,7 +101,7 @@ class EventPartition:
     table: pa.Table  # every input column, rows in file order (bad rows left out)
     is_target: pa.Array  # bool per row of table
     dead_letters: list[DeadLetter]
-    name: str = ""  # the partition's name: file basename, "#i" appended for ranges of a split file
+    name: str = ""  # EventRange.name
 
     def target_mask(self):
         """is_target as a numpy bool array."""
@@ -75,60 +117,89 @@ def format_of(path: str) -> str:
     raise ValueError(f"{path}: unknown event file type (expected .parquet, .csv, .tsv, .jsonl)")
 
 
-def _read_csv(path, data: bytes, delimiter: str, header: bool, dead: list[DeadLetter],
-              columns: list[str] | None = None, line_offset: int = 0) -> pa.Table:
-    def on_invalid(row):
-        line = row.number + line_offset if row.number is not None and row.number >= 0 else -1
-        dead.append(DeadLetter(path, "read", "malformed_row",
-                               f"line {line}: {row.actual_columns} fields, expected {row.expected_columns}",
-                               member=f"line {line}"))
-        return "skip"
-
-    # Single-threaded parsing is what lets Arrow report the line number of a bad row.
-    read = pacsv.ReadOptions(autogenerate_column_names=not header, use_threads=False)
-    parse = pacsv.ParseOptions(delimiter=delimiter, invalid_row_handler=on_invalid)
-    only = pacsv.ConvertOptions(include_columns=columns) if columns else None
-    try:
-        return pacsv.read_csv(io.BytesIO(data), read_options=read, parse_options=parse, convert_options=only)
-    except pa.ArrowInvalid as err:
-        if "CSV conversion error" not in str(err):
-            raise
-    del dead[:]  # re-read: the handler runs again
-    first = pacsv.open_csv(io.BytesIO(data), read_options=read, parse_options=pacsv.ParseOptions(
-        delimiter=delimiter, invalid_row_handler=lambda row: "skip"))
-    names = first.schema.names
-    convert = pacsv.ConvertOptions(column_types={n: pa.string() for n in names}, include_columns=columns)
-    return pacsv.read_csv(io.BytesIO(data), read_options=read, parse_options=parse, convert_options=convert)
+# ---- partition names ----------------------------------------------------------
 
 
-def _read_jsonl(path, data: bytes, dead: list[DeadLetter], line_offset: int = 0) -> pa.Table:
-    try:
-        return pajson.read_json(io.BytesIO(data))
-    except pa.ArrowInvalid:
-        pass  # find the bad lines one by one
-    rows = []
-    for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1 + line_offset):
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except ValueError as err:
-            dead.append(DeadLetter(path, "read", "malformed_row", f"line {number}: {err}", member=f"line {number}"))
-            continue
-        if not isinstance(value, dict):
-            dead.append(DeadLetter(path, "read", "malformed_row", f"line {number}: not a JSON object",
-                                   member=f"line {number}"))
-            continue
-        rows.append(value)
-    return pa.Table.from_pylist(rows)
+def input_root(item: str) -> str:
+    """The directory an (absolute, normalised) input's files are named relative to.
+
+    A directory is its own root; a glob's root is the directory before its
+    first pattern component; a file's root is its directory.
+    """
+    head, sep, _ = item.partition("://")
+    prefix = f"{head}://" if sep else ""
+    parts = (item[len(prefix):] if sep else item).split("/")
+    for i, part in enumerate(parts):
+        if any(c in part for c in GLOB_CHARS):
+            return prefix + "/".join(parts[:i]) or "/"
+    if not sep:
+        import os
+
+        return item if os.path.isdir(item) else posixpath.dirname(item)
+    return item.rstrip("/") if item.endswith("/") else posixpath.dirname(item)
 
 
-def split_file(path: str, size: int, max_bytes: int, opener=None) -> list[EventRange]:
-    """The partitions of one event file: the whole file, or ranges of about max_bytes."""
+def common_root(inputs: list[str]) -> str:
+    """The deepest directory holding every input's root ("" when they share none, e.g. two buckets)."""
+    roots = [input_root(item).rstrip("/") + "/" for item in inputs]
+    if not roots:
+        return ""
+    common = roots[0]
+    for root in roots[1:]:
+        while not root.startswith(common):
+            common = common[: common.rstrip("/").rfind("/") + 1]
+            if not common or common.endswith("://"):
+                return ""
+    return common
+
+
+def relative_name(path: str, root: str) -> str:
+    """path below root (root as common_root returns it), or the whole path when it is not below."""
+    return path[len(root):] if root and path.startswith(root) else path
+
+
+# ---- splitting text at record boundaries -----------------------------------------
+
+
+def record_ends(data: bytes, fmt: str) -> tuple[np.ndarray, str]:
+    """(offsets just past each newline that ends a record, "") or (empty, why no boundary can be trusted).
+
+    JSON lines: every newline (a JSON value holds no raw newline). CSV/TSV: a
+    newline ends a record when an even number of quotes precede it, which is
+    Arrow's parse only if every quote opens a field or closes one (a doubled
+    quote inside a quoted field is a close and a reopen); a file with a quote
+    anywhere else is not split.
+    """
+    buf = np.frombuffer(data, np.uint8)
+    newlines = np.flatnonzero(buf == _NEWLINE)
+    quotes = np.flatnonzero(buf == _QUOTE) if fmt in ("csv", "tsv") else np.zeros(0, np.int64)
+    if len(quotes):
+        delimiter = ord("," if fmt == "csv" else "\t")
+        fences = np.array([delimiter, _NEWLINE, _CR, _QUOTE], np.uint8)
+        opening, closing = quotes[0::2], quotes[1::2]
+        opens_ok = (opening == 0) | np.isin(buf[np.maximum(opening - 1, 0)], fences)
+        after = np.minimum(closing + 1, len(buf) - 1)
+        closes_ok = (closing + 1 == len(buf)) | np.isin(buf[after], fences)
+        bad = np.concatenate([opening[~opens_ok], closing[~closes_ok]])
+        if len(bad):
+            at = int(bad.min())
+            line = 1 + int(np.searchsorted(newlines, at))
+            return np.zeros(0, np.int64), f"line {line}: a quote inside an unquoted field (byte {at})"
+        newlines = newlines[np.searchsorted(quotes, newlines) % 2 == 0]
+    return newlines + 1, ""
+
+
+def split_file(path: str, size: int, max_bytes: int, opener=None, root: str = "") -> list[EventRange]:
+    """The partitions of one event file: the whole file, or ranges of about max_bytes.
+
+    root: the inputs' common root (common_root), which partition names are relative to.
+    """
     from shardmill.transforms.chunk_index import default_opener
 
+    relative = relative_name(path, root) if root else ""
+    whole = [EventRange(path, relative=relative)]
     if size <= max_bytes:
-        return [EventRange(path)]
+        return whole
     try:
         fmt = format_of(path)
         with (opener or default_opener)(path) as f:
@@ -141,24 +212,187 @@ def split_file(path: str, size: int, max_bytes: int, opener=None) -> list[EventR
                         cuts.append(g + 1)
                         acc = 0
                 cuts.append(metadata.num_row_groups)
-                return [EventRange(path, i, len(cuts) - 1, first_group=a, end_group=b)
+                return [EventRange(path, i, len(cuts) - 1, first_group=a, end_group=b, relative=relative)
                         for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]
             data = f.read()
     except (OSError, ValueError, pa.ArrowException):
-        return [EventRange(path)]  # reading it whole reports what is wrong
+        return whole  # reading it whole reports what is wrong
+    ends, why = record_ends(data, fmt)
+    if why:
+        return [EventRange(path, relative=relative, not_split=why)]
     cuts = [0]
     for nominal in range(max_bytes, len(data), max_bytes):
-        newline = data.find(b"\n", max(nominal, cuts[-1]))
-        if newline < 0 or newline + 1 >= len(data):
+        at = int(np.searchsorted(ends, max(nominal, cuts[-1] + 1)))
+        if at >= len(ends) or ends[at] >= len(data):
             break
-        if newline + 1 > cuts[-1]:
-            cuts.append(newline + 1)
+        cuts.append(int(ends[at]))
     cuts.append(len(data))
-    return [EventRange(path, i, len(cuts) - 1, start=a, end=b, first_line=1 + data.count(b"\n", 0, a))
+    header_end = int(ends[0]) if len(ends) else len(data)
+    return [EventRange(path, i, len(cuts) - 1, start=a, end=b, first_line=1 + data.count(b"\n", 0, a),
+                       header_end=header_end, relative=relative)
             for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]
 
 
-def read_events(path: str | EventRange, label_column: str, target_values: list[str], opener=None,
+# ---- reading ------------------------------------------------------------------
+
+
+class _TextLines:
+    """Maps a parsed text's records to the file's physical lines, computed only when an error needs them.
+
+    text is what the parser saw: header bytes (put back before a later range,
+    header_lines physical lines) and then the range, whose first line is the
+    file's first_line.
+    """
+
+    def __init__(self, text: bytes, fmt: str, first_line: int, header_lines: int):
+        self._text = text
+        self._fmt = fmt
+        self._first_line = first_line
+        self._header_lines = header_lines
+        self._starts: list[int] | None = None
+
+    def file_line(self, text_line: int) -> int:
+        if text_line <= self._header_lines:
+            return text_line
+        return self._first_line + text_line - self._header_lines - 1
+
+    def record_starts(self) -> list[int]:
+        """Text line of each record the parser counts (empty lines are not records)."""
+        if self._starts is None:
+            decoded = self._text.decode("utf-8", errors="replace")
+            if self._fmt == "jsonl":
+                self._starts = [n for n, line in enumerate(decoded.splitlines(), start=1) if line.strip()]
+            else:
+                reader = csv.reader(io.StringIO(decoded, newline=""), delimiter="," if self._fmt == "csv" else "\t",
+                                    quotechar='"', doublequote=True, strict=False)
+                starts, consumed = [], 0
+                for row in reader:
+                    if row:
+                        starts.append(consumed + 1)
+                    consumed = reader.line_num
+                self._starts = starts
+        return self._starts
+
+    def line_of_record(self, number: int) -> int:
+        """File line of the parser's 1-based record number (Arrow's InvalidRow.number)."""
+        starts = self.record_starts()
+        return self.file_line(starts[number - 1]) if 0 < number <= len(starts) else -1
+
+    def lines_of_rows(self, rows: list[int], skipped: set[int], header: bool) -> list[int]:
+        """File lines of table rows (0-based), given the record numbers the parser skipped."""
+        starts = self.record_starts()
+        kept = [n for n in range(2 if header else 1, len(starts) + 1) if n not in skipped]
+        return [self.file_line(starts[kept[r] - 1]) if r < len(kept) else -1 for r in rows]
+
+
+def _read_csv(path: str, text: bytes, fmt: str, options: EventReadOptions, lines: _TextLines,
+              dead: list[DeadLetter], columns: list[str] | None):
+    """(table, location of table rows) for CSV/TSV text."""
+    skipped: dict[int, str] = {}
+
+    def on_invalid(row):
+        skipped[row.number] = f"{row.actual_columns} fields, expected {row.expected_columns}"
+        return "skip"
+
+    header = not options.column_names
+    # Single-threaded parsing is what lets Arrow report the record number of a bad row.
+    read = pacsv.ReadOptions(column_names=list(options.column_names) or None, use_threads=False)
+    parse = pacsv.ParseOptions(delimiter="," if fmt == "csv" else "\t", invalid_row_handler=on_invalid,
+                               newlines_in_values=True)
+    declared = options.declared_types()
+    convert = pacsv.ConvertOptions(column_types=declared, include_columns=columns)
+    try:
+        table = pacsv.read_csv(io.BytesIO(text), read_options=read, parse_options=parse, convert_options=convert)
+    except pa.ArrowInvalid as err:
+        if "CSV conversion error" not in str(err):
+            raise
+        skipped.clear()  # re-read: the handler runs again
+        names = pacsv.open_csv(io.BytesIO(text), read_options=read, parse_options=pacsv.ParseOptions(
+            delimiter=parse.delimiter, invalid_row_handler=lambda row: "skip")).schema.names
+        convert = pacsv.ConvertOptions(column_types={n: declared.get(n, pa.string()) for n in names},
+                                       include_columns=columns)
+        table = pacsv.read_csv(io.BytesIO(text), read_options=read, parse_options=parse, convert_options=convert)
+    for number, detail in sorted(skipped.items()):
+        line = lines.line_of_record(number)
+        dead.append(DeadLetter(path, "read", "malformed_row", f"line {line}: {detail}", member=f"line {line}"))
+    return table, lambda rows: [f"line {n}" for n in lines.lines_of_rows(rows, set(skipped), header)]
+
+
+def _read_jsonl(path: str, text: bytes, lines: _TextLines, dead: list[DeadLetter]):
+    """(table, location of table rows) for JSON lines."""
+    try:
+        table = pajson.read_json(io.BytesIO(text))
+        return table, lambda rows: [f"line {lines.file_line(lines.record_starts()[r])}" for r in rows]
+    except pa.ArrowInvalid:
+        pass  # find the bad lines one by one
+    values, row_lines = [], []
+    for number, line in enumerate(text.decode("utf-8", errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"line {lines.file_line(number)}"
+        try:
+            value = json.loads(line)
+        except ValueError as err:
+            dead.append(DeadLetter(path, "read", "malformed_row", f"{where}: {err}", member=where))
+            continue
+        if not isinstance(value, dict):
+            dead.append(DeadLetter(path, "read", "malformed_row", f"{where}: not a JSON object", member=where))
+            continue
+        values.append(value)
+        row_lines.append(where)
+    return pa.Table.from_pylist(values), lambda rows: [row_lines[r] for r in rows]
+
+
+def _read_text(path: str, f, part: EventRange, fmt: str, options: EventReadOptions, dead: list[DeadLetter],
+               columns: list[str] | None):
+    header = b""
+    if part.end < 0:
+        text = f.read()
+    else:
+        if part.start > 0 and fmt != "jsonl" and not options.column_names:
+            header = f.read(part.header_end)  # a later range: put the header back
+        f.seek(part.start)
+        text = header + f.read(part.end - part.start)
+    lines = _TextLines(text, fmt, part.first_line, header.count(b"\n"))
+    if fmt == "jsonl":
+        return _read_jsonl(path, text, lines, dead)
+    return _read_csv(path, text, fmt, options, lines, dead, columns)
+
+
+def _read_parquet(f, part: EventRange, columns: list[str] | None, label_column: str):
+    parquet = pq.ParquetFile(f)
+    if columns and label_column not in parquet.schema_arrow.names:
+        columns = None  # let the missing-column check report it
+    metadata = parquet.metadata
+    end = metadata.num_row_groups if part.end_group < 0 else part.end_group
+    first_row = sum(metadata.row_group(g).num_rows for g in range(part.first_group))
+    table = parquet.read_row_groups(list(range(part.first_group, end)), columns=columns)
+    return table, lambda rows: [f"row {first_row + r}" for r in rows]
+
+
+def is_label_type(t: pa.DataType) -> bool:
+    """Labels are scalars that compare as strings: integers, floats, booleans, strings (dictionary-encoded too)."""
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+            or pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t))
+
+
+def target_mask(labels, target_values) -> pa.Array:
+    """Which labels are targets (see the module doc for how types compare)."""
+    if pa.types.is_dictionary(labels.type):
+        labels = labels.cast(labels.type.value_type)
+    if pa.types.is_boolean(labels.type):
+        wanted = {str(v).lower() for v in target_values}
+        true_is, false_is = bool(wanted & {"true", "1"}), bool(wanted & {"false", "0"})
+        mask = labels if true_is else pc.invert(labels)
+        mask = mask if true_is != false_is else pa.array([true_is] * len(labels), pa.bool_())
+    else:
+        mask = pc.is_in(pc.cast(labels, pa.string()), value_set=pa.array([str(v) for v in target_values]))
+    return mask.combine_chunks() if isinstance(mask, pa.ChunkedArray) else mask
+
+
+def read_events(part: str | EventRange, options: EventReadOptions, opener=None,
                 labels_only: bool = False) -> EventPartition:
     """One partition (a file, or an EventRange of one); never raises for bad data (it becomes dead letters).
 
@@ -167,48 +401,37 @@ def read_events(path: str | EventRange, label_column: str, target_values: list[s
     """
     from shardmill.transforms.chunk_index import default_opener
 
-    part = path if isinstance(path, EventRange) else EventRange(path)
+    part = part if isinstance(part, EventRange) else EventRange(part)
     path = part.path
     dead: list[DeadLetter] = []
+    label = options.label_column
     empty = EventPartition(path, pa.table({}), pa.array([], pa.bool_()), dead, part.name)
+    columns = [label] if labels_only else None
     try:
         fmt = format_of(path)
         with (opener or default_opener)(path) as f:
-            data = f.read()
-        columns = [label_column] if labels_only else None
-        if fmt == "parquet":
-            if columns and label_column not in pq.read_schema(io.BytesIO(data)).names:
-                columns = None  # let the missing-column check below report it
-            parquet = pq.ParquetFile(io.BytesIO(data))
-            end = parquet.metadata.num_row_groups if part.end_group < 0 else part.end_group
-            table = parquet.read_row_groups(list(range(part.first_group, end)), columns=columns)
-        else:
-            text = data if part.end < 0 else data[part.start : part.end]
-            if fmt == "jsonl":
-                table = _read_jsonl(path, text, dead, line_offset=part.first_line - 1)
+            if fmt == "parquet":
+                table, locate = _read_parquet(f, part, columns, label)
             else:
-                line_offset = 0
-                if part.start > 0:  # a later range: put the header back, count lines from its first
-                    text = data[: data.index(b"\n") + 1] + text
-                    line_offset = part.first_line - 2
-                table = _read_csv(path, text, "," if fmt == "csv" else "\t", header=True, dead=dead,
-                                  columns=columns, line_offset=line_offset)
+                table, locate = _read_text(path, f, part, fmt, options, dead, columns)
     except (OSError, ValueError, pa.ArrowException) as err:
         dead.append(DeadLetter(path, "read", "unreadable", str(err)))
         return empty
-    if label_column not in table.column_names:
+    if label not in table.column_names:
         dead.append(DeadLetter(path, "read", "missing_label_column",
-                               f"no column {label_column!r} (columns: {', '.join(table.column_names)})"))
+                               f"no column {label!r} (columns: {', '.join(table.column_names)})"))
         return empty
-    labels = table[label_column]
+    labels = table[label]
+    if not is_label_type(labels.type):
+        dead.append(DeadLetter(path, "read", "unsupported_label_type",
+                               f"column {label!r} is {labels.type}: labels must be strings, integers, floats "
+                               "or booleans"))
+        return empty
     missing = pc.is_null(labels)
     if pc.any(missing).as_py():
-        for row in pc.indices_nonzero(missing).to_pylist():
-            dead.append(DeadLetter(path, "read", "malformed_row", f"row {row}: {label_column} is null",
-                                   member=f"row {row}"))
+        rows = pc.indices_nonzero(missing).to_pylist()
+        for where in locate(rows):
+            dead.append(DeadLetter(path, "read", "malformed_row", f"{where}: {label} is null", member=where))
         table = table.filter(pc.invert(missing))
-        labels = table[label_column]
-    is_target = pc.is_in(pc.cast(labels, pa.string()), value_set=pa.array([str(v) for v in target_values]))
-    if isinstance(is_target, pa.ChunkedArray):
-        is_target = is_target.combine_chunks()
-    return EventPartition(path, table, is_target, dead, part.name)
+        labels = table[label]
+    return EventPartition(path, table, target_mask(labels, options.target_values), dead, part.name)

@@ -2,7 +2,8 @@
 
 Plain pyarrow/numpy: the Beam transforms in pipelines/label_job.py call these
 per partition. Emitted rows keep every input column and gain `_partition`
-(the file's basename, with "#i" for range i of a split file) and `_row` (row
+(the file's path relative to the inputs' root, with "#i" for range i of a
+split file) and `_row` (row
 index in the partition, bad rows excluded), which identify them; each gets its
 shard and order key from the keyed hash of (seed, partition, row), like lc0
 records.
@@ -17,9 +18,10 @@ from shardmill.transforms.chunk_sampling import shuffle_keys
 from shardmill.transforms.event_sources import EventPartition
 from shardmill.transforms.keyed_hash import STREAM_TWO_PASS, fingerprint, hash_words, unit_float
 from shardmill.transforms.label_sampling import (
-    bottom_k,
     exact_priorities,
     exact_select,
+    in_bucket,
+    priority_histogram,
     sample_partition,
 )
 
@@ -51,11 +53,17 @@ def one_pass_rows(part: EventPartition, ratio: float, mode: str, seed: int) -> n
     return sample_partition(is_target, ratio, mode, seed, partition_key(part)).emitted
 
 
-def exact_candidates(part: EventPartition, keep: int, seed: int) -> np.ndarray:
-    """EXACT, second label pass: this partition's `keep` smallest non-target priorities."""
+def exact_label_counts(part: EventPartition, seed: int) -> tuple[int, np.ndarray]:
+    """EXACT, first label pass: (targets, histogram of the non-targets' priorities)."""
     is_target = part.target_mask()
     priorities = exact_priorities(is_target, seed, partition_key(part))
-    return bottom_k(priorities[~is_target], keep)
+    return int(is_target.sum()), priority_histogram(priorities[~is_target])
+
+
+def exact_bucket(part: EventPartition, bucket: int, seed: int) -> np.ndarray:
+    """EXACT, second label pass: this partition's non-target priorities in the cut's bucket."""
+    is_target = part.target_mask()
+    return in_bucket(exact_priorities(is_target, seed, partition_key(part))[~is_target], bucket)
 
 
 def exact_rows(part: EventPartition, threshold: int | None, seed: int) -> np.ndarray:

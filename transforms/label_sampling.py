@@ -17,7 +17,11 @@ a gap of m non-targets and a reservoir of k, not one per record.
 EXACT: every non-target gets a keyed uniform priority; the run keeps the
 round(ratio * total targets) smallest priorities over all partitions (bottom-k
 with one global threshold), so each non-target is kept with the same
-probability whatever the partitions and target densities are.
+probability whatever the partitions and target densities are. The threshold
+is found without gathering k priorities anywhere: a histogram of the top 16
+bits of every priority (summed over partitions) names the bucket holding the
+k-th smallest, and only that bucket's priorities (about non-targets / 65536)
+are gathered and sorted.
 """
 
 from __future__ import annotations
@@ -83,26 +87,42 @@ def exact_keep_count(total_targets: int, total_non_targets: int, ratio: float) -
     return min(total_non_targets, round_half_up(ratio * total_targets))
 
 
-def bottom_k(priorities: np.ndarray, k: int) -> np.ndarray:
-    """The k smallest priorities, ascending (a partition's candidates for the global threshold)."""
-    if k <= 0:
-        return np.zeros(0, dtype=np.uint64)
-    if k >= len(priorities):
-        return np.sort(priorities)
-    return np.sort(np.partition(priorities, k - 1)[:k])
+CUT_BITS = 16  # the priority histogram's buckets: the top 16 bits of a priority
 
 
-def exact_threshold(candidates: list[np.ndarray], keep: int) -> int | None:
-    """The global priority threshold: the keep-th smallest over all partitions' bottom-k lists.
+def priority_histogram(priorities: np.ndarray) -> np.ndarray:
+    """Counts of priorities per bucket of their top CUT_BITS bits (int64, 2**CUT_BITS entries)."""
+    top = (np.asarray(priorities, np.uint64) >> np.uint64(64 - CUT_BITS)).astype(np.intp)
+    return np.bincount(top, minlength=1 << CUT_BITS).astype(np.int64)
 
-    Each partition contributes its `keep` smallest non-target priorities; a
-    non-target is kept iff its priority <= the returned value (None: keep none).
-    Ties have probability ~n^2 / 2^64 and are ignored.
-    """
+
+def exact_cut(histogram: np.ndarray, keep: int) -> tuple[int, int] | None:
+    """(bucket, rank) of the keep-th smallest priority: its bucket, and its 1-based rank among that
+    bucket's priorities. None when nothing is kept."""
     if keep <= 0:
         return None
-    merged = np.sort(np.concatenate(candidates)) if candidates else np.zeros(0, np.uint64)
-    return int(merged[keep - 1])
+    below = np.cumsum(histogram)
+    bucket = int(np.searchsorted(below, keep))  # first bucket whose running count reaches keep
+    if bucket >= len(histogram):
+        raise ValueError(f"keep {keep} exceeds the {int(below[-1])} priorities in the histogram")
+    return bucket, keep - (int(below[bucket - 1]) if bucket else 0)
+
+
+def in_bucket(priorities: np.ndarray, bucket: int) -> np.ndarray:
+    """The priorities that fall in one bucket of priority_histogram."""
+    priorities = np.asarray(priorities, np.uint64)
+    return priorities[(priorities >> np.uint64(64 - CUT_BITS)) == np.uint64(bucket)]
+
+
+def exact_threshold(bucket_priorities: list[np.ndarray], rank: int) -> int:
+    """The global priority threshold: the rank-th smallest priority of the cut's bucket, over all partitions.
+
+    A non-target is kept iff its priority <= the returned value, which keeps
+    exactly the keep smallest priorities of the run. Ties have probability
+    ~n^2 / 2^64 and are ignored.
+    """
+    merged = np.sort(np.concatenate(bucket_priorities)) if bucket_priorities else np.zeros(0, np.uint64)
+    return int(merged[rank - 1])
 
 
 def exact_select(is_target: np.ndarray, priorities: np.ndarray, threshold: int | None) -> np.ndarray:

@@ -54,6 +54,10 @@ class ShardFormat:
         """The shard's rows in their final order."""
         raise NotImplementedError
 
+    def manifest_record(self, record: dict) -> dict:
+        """The record description as the manifest states it (default: as the job made it)."""
+        return record
+
     def row_bytes(self, table: pa.Table, record: dict) -> int:
         """Bytes of one row, for sizing row groups (default: the table's average)."""
         return max(1, table.nbytes // table.num_rows) if table.num_rows else 1
@@ -143,7 +147,7 @@ def _finalize(shards, record, dead_letters, parts, paths: RunPaths, shard_format
     write_dead_letters(paths.errors_path, dead_letters)
     stats = shard_format.finish_stats(parts, shards, dead_letters)
     manifest = build_manifest(
-        job_kind=shard_format.job_kind, record=record, config_text=config_text, seed=seed,
+        job_kind=shard_format.job_kind, record=shard_format.manifest_record(record), config_text=config_text, seed=seed,
         generation=paths.generation, schema=shards[0]["schema"] if shards else [], shards=shards,
         errors={"path": f"{generation_dir_name(paths.generation)}/{ERRORS_NAME}", "count": len(dead_letters)},
         stats=stats,
