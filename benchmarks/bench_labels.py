@@ -6,9 +6,17 @@ partitions (very different sizes and click densities). Then, interleaved
 over rounds in one process, runs `shardmill run` (in-process runner) with
 ITERATIVE, ADAPTIVE, EXACT and the TWO_PASS baseline, and reports per mode
 the median time, events/s, speed vs TWO_PASS, and the achieved ratio's error
-overall and per partition (mean absolute). Prints one JSON object.
+overall and per partition (mean absolute).
+
+With --scales, EXACT at growing event counts: label-only logs (one int8
+column, 1 % clicks, 16 partitions), each run a fresh process whose peak RSS
+is read from wait4, EXACT side by side with TWO_PASS (which gathers nothing
+globally) and, with --baseline-path, with EXACT of another installed build
+(PYTHONPATH; e.g. the one that gathered k priorities in one element).
+Prints one JSON object.
 
     python benchmarks/bench_labels.py [--events 10000000 --ratio 10 --rounds 2]
+    python benchmarks/bench_labels.py --rounds 0 --scales 10000000,100000000 [--baseline-path DIR]
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -81,13 +90,77 @@ def run_mode(data_dir: str, out_dir: str, mode: str, ratio: float) -> tuple[floa
     return time.perf_counter() - start, manifest["stats"]["label_sampling"]
 
 
+def write_label_only_logs(directory: str, events: int, partitions: int = 16, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    os.makedirs(directory, exist_ok=True)
+    for i, n in enumerate(np.diff(np.linspace(0, events, partitions + 1).astype(np.int64))):
+        pq.write_table(pa.table({"clicked": (rng.random(n) < 0.01).astype(np.int8)}),
+                       os.path.join(directory, f"part-{i:03d}.parquet"), row_group_size=1 << 20)
+
+
+_ONE_RUN = """
+import json, sys, time
+from apache_beam.options.pipeline_options import PipelineOptions
+from shardmill.pipelines.config import parse_config, validate
+from shardmill.pipelines.inputs import EVENT_SUFFIXES, expand_inputs
+from shardmill.pipelines.run_job import run_job
+data_dir, out_dir, mode, ratio = sys.argv[1:5]
+config = validate(parse_config(
+    f'input: "{data_dir}"\\nseed: 1\\noutput {{ num_shards: 8 overwrite: true }}\\nmax_error_fraction: 1\\n'
+    f'label_sampling {{ label_column: "clicked" ratio: {ratio} mode: {mode} }}'))
+start = time.perf_counter()
+manifest = run_job(config, expand_inputs([data_dir], EVENT_SUFFIXES), out_dir, PipelineOptions([]))
+print(json.dumps({"seconds": time.perf_counter() - start, "stats": manifest["stats"]["label_sampling"]}))
+"""
+
+
+def run_in_process(data_dir: str, out_dir: str, mode: str, ratio: float, pythonpath: str = "") -> dict:
+    """One run in a fresh process: its time, its stats and its peak RSS (MiB)."""
+    env = dict(os.environ, PYTHONPATH=pythonpath) if pythonpath else None
+    proc = subprocess.Popen([sys.executable, "-c", _ONE_RUN, data_dir, out_dir, mode, str(ratio)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd="/")
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise RuntimeError(f"{mode} run failed with {proc.returncode}")
+    result = json.loads(out.decode().strip().splitlines()[-1])
+    return {"seconds": round(result["seconds"], 2), "peak_rss_mib": round(usage.ru_maxrss / 1024),
+            "non_targets_out": result["stats"]["non_targets_out"],
+            "exact": result["stats"]["non_targets_out"] == result["stats"]["exact_target_count"]}
+
+
+def scale_report(work: str, scales: list[int], ratio: float, baseline_path: str) -> dict:
+    report = {}
+    for events in scales:
+        data_dir = os.path.join(work, f"labels-{events}")
+        write_label_only_logs(data_dir, events)
+        runs = {"EXACT": run_in_process(data_dir, os.path.join(work, "out"), "EXACT", ratio),
+                "TWO_PASS": run_in_process(data_dir, os.path.join(work, "out"), "TWO_PASS", ratio)}
+        if baseline_path:
+            runs["EXACT_baseline_build"] = run_in_process(data_dir, os.path.join(work, "out"), "EXACT", ratio,
+                                                          baseline_path)
+        for run in runs.values():
+            run["events_per_s"] = round(events / run["seconds"])
+        runs["exact_rss_vs_two_pass"] = round(runs["EXACT"]["peak_rss_mib"] / runs["TWO_PASS"]["peak_rss_mib"], 2)
+        report[str(events)] = runs
+    return report
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--ratio", type=float, default=10)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--scales", default="", help="comma-separated event counts for the EXACT scale runs")
+    parser.add_argument("--baseline-path", default="", help="PYTHONPATH of another build for EXACT side by side")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="bench-labels-")
+    if args.scales:
+        scales = [int(float(x)) for x in args.scales.split(",")]
+        print(json.dumps({"exact_scale": scale_report(work, scales, args.ratio, args.baseline_path)}, indent=1))
+    if args.rounds < 1:
+        return
     data_dir = os.path.join(work, "logs")
     write_logs(data_dir, args.events)
     times = {m: [] for m in MODES}

@@ -226,3 +226,18 @@ def test_headerless_tsv_in_the_article_layout_runs_as_written(tmp_path):
     assert len(stats["label_sampling"]["partitions"]) > 3
     rows = read_rows(tmp_path / "out", manifest)
     assert rows.schema.field("c2").type == pa.string() and rows.column_names[:5] == ["is_click", "i1", "i2", "c1", "c2"]
+
+
+def test_the_summary_names_files_read_whole_and_partitions_left_out(tmp_path, capsys):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "stray.csv").write_text("id,note,clicked\n" + "".join(f'{i},say "hi",{i % 2}\n' for i in range(300)))
+    (logs / "drift.csv").write_text("id,note,clicked\n1,x,1\n")
+    (logs / "more.csv").write_text("id,note,clicked\n" + "".join(f"{i},{i},{i % 2}\n" for i in range(10)))
+    config = tmp_path / "c.textproto"
+    config.write_text(f'input: "{logs}"\nmax_error_fraction: 0.9\n'
+                      'label_sampling { label_column: "clicked" ratio: 1 max_partition_bytes: 1000 }\n')
+    assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "files read whole, not split (a quote inside an unquoted field): stray.csv" in out
+    assert "partitions left out 1" in out

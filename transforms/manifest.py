@@ -111,6 +111,12 @@ def render_label_summary(manifest: dict) -> str:
             f"{k} {v}" for k, v in acc["errors_by_reason"].items())),
         f"time {manifest['stats']['timings']['seconds']:.1f} s",
     ]
+    if acc.get("partitions_left_out"):
+        lines.insert(-1, f"partitions left out {acc['partitions_left_out']} (column types that can't be unified; "
+                         "see the schema_conflict errors)")
+    if acc.get("files_not_split"):
+        lines.insert(-1, f"files read whole, not split (a quote inside an unquoted field): "
+                         f"{', '.join(acc['files_not_split'][:5])}" + (" ..." if len(acc["files_not_split"]) > 5 else ""))
     return "\n".join(lines)
 
 
