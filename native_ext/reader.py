@@ -37,11 +37,12 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from shardmill.native_ext._native import NativeError, NativeReader, ReaderOptions
+from shardmill.native_ext._native import NativeError, NativeReader, ReaderOptions, lc0_tensors
 from shardmill.native_ext.dataset import OutputError, load_manifest, open_dataset  # noqa: F401  (re-exported)
 
 STATE_VERSION = 2  # 2: Feistel halves fit odd bit widths (other orders than 1)
 MAX_EPOCH = 1 << 40  # of an unbounded reader's state: far beyond any run, far from overflow
+PLANE_ENCODINGS = ("float32", "float16", "bfloat16", "uint8", "packed")
 
 
 class ShardReader:
@@ -75,6 +76,18 @@ class ShardReader:
       start_epoch: begin at the start of this epoch (its order is the one a
         reader started at 0 serves in that epoch); num_epochs still counts
         from epoch 0, so it must be larger. Not with `state`.
+      lc0_tensors: "loader" or "chunkparser": each batch also carries the
+        lc0 training tensors of its `frame` records, converted natively
+        (GIL released, on `num_threads` threads) in the batch's order:
+        `planes` (batch, 112, 8, 8), `policy` (batch, 1858) and either
+        `values` (batch, 6, 4) (loader) or `wdl`, `best_wdl` (batch, 3) and
+        `plies_left` (batch,) (chunkparser). See the README's "lc0 training
+        tensors" for both conventions. A record a convention can't convert
+        is an OutputError naming its shard and row.
+      planes: the planes' encoding: "float32", "float16", "bfloat16" (its
+        bits as uint16), "uint8" (1 where nonzero) or "packed" (batch, 112, 8
+        bytes, numpy packbits order); the last two come with `planes_scale`
+        (batch, 112), each plane's value: planes = bits x scale, exactly.
 
     Threads: a reader may be shared; next() and state() calls are serialised,
     so each caller gets whole, distinct batches. Columns are checked against
@@ -100,6 +113,8 @@ class ShardReader:
         verify_checksums: bool = False,
         state: bytes | None = None,
         start_epoch: int = 0,
+        lc0_tensors: str | None = None,
+        planes: str = "float32",
     ):
         if isinstance(columns, str):
             raise TypeError("columns must be a sequence of column names, not a string")
@@ -123,6 +138,13 @@ class ShardReader:
             raise ValueError("give either state or start_epoch: a state already says where to start")
         if num_epochs is not None and start_epoch >= num_epochs:
             raise ValueError(f"start_epoch {start_epoch} is not before num_epochs {num_epochs} (epochs count from 0)")
+        if lc0_tensors not in (None, "loader", "chunkparser"):
+            raise ValueError(f"lc0_tensors must be None, 'loader' or 'chunkparser', got {lc0_tensors!r}")
+        if planes not in PLANE_ENCODINGS:
+            raise ValueError(f"planes must be one of {', '.join(PLANE_ENCODINGS)}, got {planes!r}")
+        if lc0_tensors and "frame" not in columns:
+            raise ValueError("lc0_tensors converts the 'frame' column: select it")
+        self._lc0 = (lc0_tensors, planes) if lc0_tensors else None
         self._total_rows = sum(s["rows"] for s in self._manifest["shards"])
         self._shard_paths = dataset.shard_paths
         self._threads = (int(num_threads), int(prefetch_windows))
@@ -269,7 +291,20 @@ class ShardReader:
             raise OutputError(str(err)) from None
         if batch is None:
             raise StopIteration
+        if self._lc0 is not None:
+            self._add_lc0_tensors(batch)
         return batch
+
+    def _add_lc0_tensors(self, batch: dict) -> None:
+        convention, planes = self._lc0
+        tensors, bad_row, error = lc0_tensors(batch["frame"], convention, planes, self._threads[0])
+        if bad_row >= 0:
+            index = int(batch["record_index"][bad_row])
+            starts = np.cumsum([0] + [s["rows"] for s in self._manifest["shards"]])
+            shard = int(np.searchsorted(starts, index, side="right")) - 1
+            raise OutputError(f"{self._manifest['shards'][shard]['path']}: row {index - starts[shard]}: {error} "
+                              f"(lc0_tensors={convention!r})")
+        batch.update(tensors)
 
     def _next_elastic(self) -> dict | None:
         """The next batch of an elastic epoch (pieces read one at a time, batches cut across them),

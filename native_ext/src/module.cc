@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "blending.h"
 #include "chunk_records.h"
 #include "large_buffer.h"
+#include "lc0_tensors.h"
 #include "label_sampling.h"
 #include "self_check.h"
 #include "shard_reader.h"
@@ -81,6 +83,104 @@ py::object NextBatch(ShardReader& reader) {
   batch["record_seed"] = record_seed;
   batch["epoch"] = plan.epoch;
   return batch;
+}
+
+shardmill::PlaneEncoding EncodingOf(const std::string& name) {
+  if (name == "float32") return shardmill::PlaneEncoding::kFloat32;
+  if (name == "float16") return shardmill::PlaneEncoding::kFloat16;
+  if (name == "bfloat16") return shardmill::PlaneEncoding::kBfloat16;
+  if (name == "uint8") return shardmill::PlaneEncoding::kUint8;
+  if (name == "packed") return shardmill::PlaneEncoding::kPacked;
+  throw shardmill::NativeError("planes must be float32, float16, bfloat16, uint8 or packed, got '" + name + "'");
+}
+
+// lc0 records (rows x record_bytes) to tensors, split over `threads` threads with the GIL released.
+py::tuple Lc0Tensors(py::array_t<uint8_t, py::array::c_style> frames, const std::string& convention_name,
+                     const std::string& planes_name, int threads) {
+  if (frames.ndim() != 2) throw shardmill::NativeError("frames must be a (rows, record_bytes) uint8 array");
+  shardmill::Lc0Convention convention;
+  if (convention_name == "loader") {
+    convention = shardmill::Lc0Convention::kLoader;
+  } else if (convention_name == "chunkparser") {
+    convention = shardmill::Lc0Convention::kChunkparser;
+  } else {
+    throw shardmill::NativeError("convention must be 'loader' or 'chunkparser', got '" + convention_name + "'");
+  }
+  const shardmill::PlaneEncoding encoding = EncodingOf(planes_name);
+  const int64_t rows = frames.shape(0), record_bytes = frames.shape(1);
+  const auto n = static_cast<py::ssize_t>(rows);
+  py::dict tensors;
+  shardmill::Lc0Tensors out;
+  const bool bits = encoding == shardmill::PlaneEncoding::kUint8 || encoding == shardmill::PlaneEncoding::kPacked;
+  py::array planes;
+  if (encoding == shardmill::PlaneEncoding::kPacked) {
+    planes = py::array(py::dtype::of<uint8_t>(), {n, py::ssize_t{shardmill::kLc0Planes}, py::ssize_t{8}});
+  } else {
+    // bfloat16 has no numpy dtype: its bits as uint16 (ml_dtypes or torch view them as bfloat16).
+    py::dtype dtype = encoding == shardmill::PlaneEncoding::kFloat32 ? py::dtype::of<float>()
+                      : bits                                          ? py::dtype::of<uint8_t>()
+                      : encoding == shardmill::PlaneEncoding::kFloat16 ? py::dtype("float16")
+                                                                       : py::dtype::of<uint16_t>();
+    planes = py::array(dtype, {n, py::ssize_t{shardmill::kLc0Planes}, py::ssize_t{8}, py::ssize_t{8}});
+  }
+  out.planes = planes.mutable_data();
+  tensors["planes"] = planes;
+  if (bits) {
+    py::array_t<float> scale({n, py::ssize_t{shardmill::kLc0Planes}});
+    out.planes_scale = scale.mutable_data();
+    tensors["planes_scale"] = scale;
+  }
+  py::array_t<float> policy({n, py::ssize_t{shardmill::kLc0PolicySize}});
+  out.policy = policy.mutable_data();
+  tensors["policy"] = policy;
+  if (convention == shardmill::Lc0Convention::kLoader) {
+    py::array_t<float> values({n, py::ssize_t{shardmill::kLoaderValueRows}, py::ssize_t{4}});
+    out.values = values.mutable_data();
+    tensors["values"] = values;
+  } else {
+    py::array_t<float> wdl({n, py::ssize_t{3}}), best_wdl({n, py::ssize_t{3}}), plies_left(n);
+    out.wdl = wdl.mutable_data(), out.best_wdl = best_wdl.mutable_data(), out.plies_left = plies_left.mutable_data();
+    tensors["wdl"] = wdl, tensors["best_wdl"] = best_wdl, tensors["plies_left"] = plies_left;
+  }
+  const uint8_t* data = frames.data();
+  const int parts = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, rows / 64)));
+  std::vector<int64_t> bad(parts, -1);
+  std::vector<std::string> errors(parts);
+  {
+    py::gil_scoped_release release;
+    auto run = [&](int part) {
+      const int64_t begin = rows * part / parts, end = rows * (part + 1) / parts;
+      int64_t bad_row = -1;
+      shardmill::Lc0Tensors shifted = out;  // the converter indexes rows from its own start
+      const int64_t plane_bytes = shardmill::PlaneBytesPerRecord(encoding);
+      shifted.planes = static_cast<uint8_t*>(out.planes) + begin * plane_bytes;
+      auto at = [&](float* p, int64_t width) { return p ? p + begin * width : nullptr; };
+      shifted.planes_scale = at(out.planes_scale, shardmill::kLc0Planes);
+      shifted.policy = at(out.policy, shardmill::kLc0PolicySize);
+      shifted.values = at(out.values, shardmill::kLoaderValueRows * 4);
+      shifted.wdl = at(out.wdl, 3), shifted.best_wdl = at(out.best_wdl, 3), shifted.plies_left = at(out.plies_left, 1);
+      try {
+        errors[part] = shardmill::ConvertLc0Records(data + begin * record_bytes, end - begin, record_bytes,
+                                                    convention, encoding, shifted, &bad_row);
+      } catch (const std::exception& e) {  // memory: never past a thread's edge (that would terminate)
+        errors[part] = e.what(), bad_row = 0;
+      }
+      if (bad_row >= 0) bad[part] = begin + bad_row;
+    };
+    std::vector<std::thread> helpers;
+    try {
+      for (int part = 1; part < parts; ++part) helpers.emplace_back(run, part);
+    } catch (const std::system_error&) {
+      // No thread to be had: the rest runs here.
+      for (int part = static_cast<int>(helpers.size()) + 1; part < parts; ++part) run(part);
+    }
+    run(0);
+    for (auto& helper : helpers) helper.join();
+  }
+  for (int part = 0; part < parts; ++part) {
+    if (bad[part] >= 0) return py::make_tuple(tensors, bad[part], errors[part]);
+  }
+  return py::make_tuple(tensors, -1, "");
 }
 
 }  // namespace
@@ -232,6 +332,11 @@ PYBIND11_MODULE(_native, m) {
       "version, and copies record positions[i] to out[dest_rows[i]]. Returns None when the gzip trailer "
       "does not prove the size (use the streaming path), -1 on success, else the first record with "
       "another version (nothing copied); raises NativeError when the stream is broken or has another size.");
+
+  m.def("lc0_tensors", &Lc0Tensors, py::arg("frames"), py::arg("convention") = "loader",
+        py::arg("planes") = "float32", py::arg("threads") = 1,
+        "lc0 records (rows, record_bytes) to training tensors (lc0_tensors.h): (dict of arrays, first bad row or "
+        "-1, what is wrong with it). Rows before a bad one are converted.");
 
   // The reader's options, one struct (shardmill::ReaderOptions; see shard_reader.h for each field).
   py::class_<shardmill::ReaderOptions>(m, "ReaderOptions")

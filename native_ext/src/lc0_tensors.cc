@@ -1,0 +1,342 @@
+#include "lc0_tensors.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace shardmill {
+
+namespace {
+
+constexpr uint64_t kAllSquares = ~uint64_t{0};
+
+template <typename T>
+T Load(const uint8_t* p) {
+  T value;
+  std::memcpy(&value, p, sizeof(T));
+  return value;
+}
+
+// A record's fields in the V6 layout, whatever its version (the chunkparser's
+// padding: fields a version lacks are zero; V3/V4 have no input format: 1).
+struct Fields {
+  uint32_t version = 0;
+  uint32_t input_format = 0;
+  const uint8_t* probabilities = nullptr;
+  const uint8_t* planes = nullptr;
+  uint8_t us_ooo = 0, us_oo = 0, them_ooo = 0, them_oo = 0;
+  uint8_t side_to_move_or_enpassant = 0, rule50_count = 0, invariance_info = 0;
+  int8_t dep_result = 0;
+  // root_q, best_q, root_d, best_d, root_m, best_m, plies_left, result_q,
+  // result_d, played_q, played_d, played_m, orig_q, orig_d, orig_m
+  float f[15] = {};
+  float q_st = 0, d_st = 0;
+};
+enum : int { kRootQ, kBestQ, kRootD, kBestD, kRootM, kBestM, kPliesLeft, kResultQ, kResultD, kPlayedQ, kPlayedD,
+             kPlayedM, kOrigQ, kOrigD, kOrigM };
+
+int64_t RecordSize(uint32_t version) {
+  switch (version) {
+    case 3: return 8276;
+    case 4: return 8292;
+    case 5: return 8308;
+    case 6: return 8356;
+    case 7: return 8396;
+    default: return -1;
+  }
+}
+
+std::string ParseFields(const uint8_t* r, int64_t record_bytes, Fields* out) {
+  Fields f;
+  f.version = Load<uint32_t>(r);
+  const int64_t size = RecordSize(f.version);
+  if (size < 0) return "unknown record version " + std::to_string(f.version);
+  if (size != record_bytes) {
+    return "a version " + std::to_string(f.version) + " record is " + std::to_string(size) +
+           " bytes, but the column holds " + std::to_string(record_bytes) + "-byte records";
+  }
+  const int64_t shift = f.version <= 4 ? -4 : 0;  // V3/V4 have no input_format field
+  f.input_format = f.version <= 4 ? 1 : Load<uint32_t>(r + 4);
+  f.probabilities = r + 8 + shift;
+  f.planes = r + 7440 + shift;
+  const uint8_t* b = r + 8272 + shift;
+  f.us_ooo = b[0], f.us_oo = b[1], f.them_ooo = b[2], f.them_oo = b[3];
+  f.side_to_move_or_enpassant = b[4], f.rule50_count = b[5], f.invariance_info = b[6];
+  f.dep_result = static_cast<int8_t>(b[7]);
+  const int floats = f.version == 3 ? 0 : f.version == 4 ? 4 : f.version == 5 ? 7 : 15;
+  std::memcpy(f.f, r + 8280 + shift, floats * sizeof(float));
+  if (f.version >= 6) f.q_st = Load<float>(r + 8352);
+  if (f.version >= 7) f.d_st = Load<float>(r + 8356);
+  *out = f;
+  return "";
+}
+
+// Each plane as (squares with a nonzero value, that value): square s is bit s.
+struct Planes {
+  uint64_t mask[kLc0Planes];
+  float value[kLc0Planes];
+  void Set(int plane, uint64_t m, float v) {
+    mask[plane] = v == 0.0f ? 0 : m;
+    value[plane] = v;
+  }
+  void Constant(int plane, float v) { Set(plane, kAllSquares, v); }
+};
+
+const std::array<uint8_t, 256>& ReversedBytes() {
+  static const std::array<uint8_t, 256> table = [] {
+    std::array<uint8_t, 256> t{};
+    for (int b = 0; b < 256; ++b) {
+      int r = 0;
+      for (int j = 0; j < 8; ++j) r |= ((b >> j) & 1) << (7 - j);
+      t[b] = static_cast<uint8_t>(r);
+    }
+    return t;
+  }();
+  return table;
+}
+
+// The bitboard planes: square s is bit (s ^ 7) of the little-endian u64 (the
+// first square of each byte in its high bit), as both references unpack them.
+void BitboardPlanes(const Fields& f, Planes* p) {
+  const auto& reversed = ReversedBytes();
+  for (int plane = 0; plane < 104; ++plane) {
+    uint8_t bytes[8];
+    std::memcpy(bytes, f.planes + plane * 8, 8);
+    for (auto& b : bytes) b = reversed[b];
+    uint64_t mask;
+    std::memcpy(&mask, bytes, 8);
+    p->Set(plane, mask, 1.0f);
+  }
+}
+
+void LoaderPlanes(const Fields& f, Planes* p) {
+  BitboardPlanes(f, p);
+  p->Constant(104, static_cast<float>(f.us_ooo));
+  p->Constant(105, static_cast<float>(f.us_oo));
+  p->Constant(106, static_cast<float>(f.them_ooo));
+  p->Constant(107, static_cast<float>(f.them_oo));
+  p->Constant(108, static_cast<float>(f.side_to_move_or_enpassant));
+  p->Constant(109, static_cast<float>(f.rule50_count) / 99.0f);
+  p->Constant(110, 0.0f);
+  p->Constant(111, 1.0f);
+}
+
+std::string ChunkparserPlanes(const Fields& f, Planes* p) {
+  BitboardPlanes(f, p);
+  const uint32_t format = f.input_format;
+  if (format == 1 || format == 2) {
+    // The chunkparser indexes its two flat planes with these bytes: anything but 0/1 fails there.
+    const uint8_t flat[] = {f.us_ooo, f.us_oo, f.them_ooo, f.them_oo, f.side_to_move_or_enpassant};
+    for (int i = format == 1 ? 0 : 4; i < 5; ++i) {
+      if (flat[i] > 1) return "input format " + std::to_string(format) + ": byte " + std::to_string(8272 + i) +
+                              " is " + std::to_string(flat[i]) + ", not 0 or 1";
+    }
+  }
+  if (format == 1) {
+    p->Constant(104, f.us_ooo);
+    p->Constant(105, f.us_oo);
+    p->Constant(106, f.them_ooo);
+    p->Constant(107, f.them_oo);
+    p->Constant(108, f.side_to_move_or_enpassant);
+  } else if (format == 2 || format == 3 || format == 4 || format == 5 || format == 132 || format == 133) {
+    // Castling rights as bit rows: bit j of the byte is file j, ours on the first rank, theirs on the last.
+    p->Set(104, f.us_ooo | (uint64_t{f.them_ooo} << 56), 1.0f);
+    p->Set(105, f.us_oo | (uint64_t{f.them_oo} << 56), 1.0f);
+    p->Constant(106, 0.0f);
+    p->Constant(107, 0.0f);
+    if (format == 2) {
+      p->Constant(108, f.side_to_move_or_enpassant);
+    } else {
+      p->Set(108, uint64_t{f.side_to_move_or_enpassant} << 56, 1.0f);  // the en-passant mask
+    }
+  } else {
+    return "input format " + std::to_string(format) + " is not one the chunkparser converts (1, 2, 3, 4, 5, 132, 133)";
+  }
+  const double divisor = format > 3 ? 100.0 : 99.0;
+  p->Constant(109, static_cast<float>(f.rule50_count / divisor));
+  p->Constant(110, (format == 132 || format == 133) && f.invariance_info >= 128 ? 1.0f : 0.0f);
+  p->Constant(111, 1.0f);
+  return "";
+}
+
+uint16_t HalfOf(float value) {
+  // Round to nearest even, as numpy's float32 -> float16.
+  uint32_t x;
+  std::memcpy(&x, &value, 4);
+  const uint32_t sign = (x >> 16) & 0x8000;
+  const uint32_t abs = x & 0x7FFFFFFF;
+  if (abs >= 0x7F800000) return static_cast<uint16_t>(sign | 0x7C00 | (abs > 0x7F800000 ? 0x200 : 0));
+  if (abs >= 0x477FF000) return static_cast<uint16_t>(sign | 0x7C00);  // rounds past the largest half
+  if (abs < 0x33000001) return static_cast<uint16_t>(sign);            // rounds to zero
+  int32_t exponent = static_cast<int32_t>(abs >> 23) - 127 + 15;
+  uint32_t mantissa = (abs & 0x7FFFFF) | 0x800000;
+  int shift = exponent > 0 ? 13 : 14 - exponent;  // subnormal halves drop more bits
+  if (exponent <= 0) exponent = 0;
+  uint32_t half = mantissa >> shift;
+  const uint32_t rest = mantissa & ((1u << shift) - 1);
+  const uint32_t halfway = 1u << (shift - 1);
+  if (rest > halfway || (rest == halfway && (half & 1))) ++half;
+  // half holds the implicit bit for normals: fold it into the exponent field.
+  uint32_t bits = exponent > 0 ? ((static_cast<uint32_t>(exponent) << 10) + (half - 0x400)) : half;
+  return static_cast<uint16_t>(sign | bits);
+}
+
+uint16_t BfloatOf(float value) {
+  uint32_t x;
+  std::memcpy(&x, &value, 4);
+  if ((x & 0x7FFFFFFF) > 0x7F800000) return static_cast<uint16_t>((x >> 16) | 0x40);  // quiet NaN
+  return static_cast<uint16_t>((x + 0x7FFF + ((x >> 16) & 1)) >> 16);
+}
+
+// Per mask byte, the 8 squares it covers as values of T (1 or 0): one copy per 8 squares.
+template <typename T>
+struct UnitTable {
+  explicit UnitTable(T one) : unit(one) {
+    for (int b = 0; b < 256; ++b) {
+      for (int j = 0; j < 8; ++j) squares[b][j] = (b >> j) & 1 ? one : T{};
+    }
+  }
+  T unit;
+  T squares[256][8];
+};
+
+// Writes 64 values of one plane: value where the mask has a bit, zero elsewhere.
+template <typename T>
+void WritePlane(uint64_t mask, T value, const UnitTable<T>& table, T* out) {
+  if (mask == 0) {
+    std::memset(out, 0, 64 * sizeof(T));
+  } else if (mask == kAllSquares) {
+    std::fill_n(out, 64, value);
+  } else if (value == table.unit) {
+    for (int k = 0; k < 8; ++k) std::memcpy(out + 8 * k, table.squares[(mask >> (8 * k)) & 0xFF], 8 * sizeof(T));
+  } else {
+    for (int s = 0; s < 64; ++s) out[s] = (mask >> s) & 1 ? value : T{};
+  }
+}
+
+template <typename T>
+void WritePlanes(const Planes& p, const UnitTable<T>& table, T (*encode)(float), T* dst) {
+  for (int i = 0; i < kLc0Planes; ++i) WritePlane<T>(p.mask[i], encode(p.value[i]), table, dst + i * 64);
+}
+
+float Identity(float v) { return v; }
+uint8_t One(float) { return 1; }
+
+void EncodePlanes(const Planes& p, PlaneEncoding encoding, int64_t row, const Lc0Tensors& out) {
+  static const UnitTable<float> floats(1.0f);
+  static const UnitTable<uint16_t> halves(HalfOf(1.0f));
+  static const UnitTable<uint16_t> bfloats(BfloatOf(1.0f));
+  static const UnitTable<uint8_t> bytes(1);
+  const int64_t values = row * kLc0Planes * 64;
+  switch (encoding) {
+    case PlaneEncoding::kFloat32:
+      WritePlanes<float>(p, floats, Identity, static_cast<float*>(out.planes) + values);
+      return;
+    case PlaneEncoding::kFloat16:
+      WritePlanes<uint16_t>(p, halves, HalfOf, static_cast<uint16_t*>(out.planes) + values);
+      return;
+    case PlaneEncoding::kBfloat16:
+      WritePlanes<uint16_t>(p, bfloats, BfloatOf, static_cast<uint16_t*>(out.planes) + values);
+      return;
+    case PlaneEncoding::kUint8:
+      WritePlanes<uint8_t>(p, bytes, One, static_cast<uint8_t*>(out.planes) + values);
+      break;
+    case PlaneEncoding::kPacked: {
+      const auto& reversed = ReversedBytes();
+      uint8_t* dst = static_cast<uint8_t*>(out.planes) + row * kLc0Planes * 8;
+      for (int i = 0; i < kLc0Planes; ++i) {
+        for (int k = 0; k < 8; ++k) dst[i * 8 + k] = reversed[(p.mask[i] >> (8 * k)) & 0xFF];
+      }
+      break;
+    }
+  }
+  std::memcpy(out.planes_scale + row * kLc0Planes, p.value, sizeof(p.value));
+}
+
+void LoaderTargets(const Fields& f, int64_t row, const Lc0Tensors& out) {
+  constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+  const float rows[kLoaderValueRows][4] = {
+      {f.f[kResultQ], f.f[kResultD], f.f[kPliesLeft], kNaN},
+      {f.f[kBestQ], f.f[kBestD], f.f[kBestM], kNaN},
+      {f.f[kPlayedQ], f.f[kPlayedD], f.f[kPlayedM], kNaN},
+      {f.f[kOrigQ], f.f[kOrigD], f.f[kOrigM], kNaN},
+      {f.f[kRootQ], f.f[kRootD], f.f[kRootM], kNaN},
+      {f.q_st, f.d_st, kNaN, kNaN},
+  };
+  std::memcpy(out.values + row * kLoaderValueRows * 4, rows, sizeof(rows));
+}
+
+std::string ChunkparserTargets(const Fields& f, int64_t row, const Lc0Tensors& out) {
+  float* wdl = out.wdl + row * 3;
+  if (f.version == 6) {
+    const double q = f.f[kResultQ], d = f.f[kResultD];
+    wdl[0] = static_cast<float>(0.5 * (1.0 - d + q));
+    wdl[1] = static_cast<float>(d);
+    wdl[2] = static_cast<float>(0.5 * (1.0 - d - q));
+  } else {
+    const int result = f.dep_result;
+    if (result < -1 || result > 1) return "result byte " + std::to_string(result) + " is not -1, 0 or 1";
+    wdl[0] = result == 1, wdl[1] = result == 0, wdl[2] = result == -1;
+  }
+  const double best_q = f.f[kBestQ], best_d = f.f[kBestD];
+  if (!(-1.0 <= best_q && best_q <= 1.0 && 0.0 <= best_d && best_d <= 1.0)) {
+    return "best_q " + std::to_string(best_q) + " / best_d " + std::to_string(best_d) +
+           " outside [-1, 1] / [0, 1]";
+  }
+  float* best = out.best_wdl + row * 3;
+  best[0] = static_cast<float>(0.5 * (1.0 - best_d + best_q));
+  best[1] = static_cast<float>(best_d);
+  best[2] = static_cast<float>(0.5 * (1.0 - best_d - best_q));
+  const float plies = f.f[kPliesLeft];
+  out.plies_left[row] = plies == 0.0f ? static_cast<float>(f.invariance_info) : plies;
+  return "";
+}
+
+}  // namespace
+
+int64_t PlaneBytesPerRecord(PlaneEncoding encoding) {
+  switch (encoding) {
+    case PlaneEncoding::kFloat32: return kLc0Planes * 64 * 4;
+    case PlaneEncoding::kFloat16:
+    case PlaneEncoding::kBfloat16: return kLc0Planes * 64 * 2;
+    case PlaneEncoding::kUint8: return kLc0Planes * 64;
+    case PlaneEncoding::kPacked: return kLc0Planes * 8;
+  }
+  return 0;
+}
+
+std::string ConvertLc0Records(const uint8_t* records, int64_t rows, int64_t record_bytes, Lc0Convention convention,
+                              PlaneEncoding encoding, const Lc0Tensors& out, int64_t* bad_row) {
+  Planes planes;
+  for (int64_t row = 0; row < rows; ++row) {
+    const uint8_t* record = records + row * record_bytes;
+    Fields f;
+    std::string error = record_bytes >= 4 ? ParseFields(record, record_bytes, &f) : "records shorter than 4 bytes";
+    if (error.empty()) {
+      if (convention == Lc0Convention::kLoader) {
+        if (f.version != 6 && f.version != 7) {
+          error = "a version " + std::to_string(f.version) + " record: the loader convention reads V6 and V7";
+        } else {
+          LoaderPlanes(f, &planes);
+          LoaderTargets(f, row, out);
+        }
+      } else if (f.version == 7) {
+        error = "a version 7 record: the chunkparser convention reads V3 to V6";
+      } else {
+        error = ChunkparserPlanes(f, &planes);
+        if (error.empty()) error = ChunkparserTargets(f, row, out);
+      }
+    }
+    if (!error.empty()) {
+      *bad_row = row;
+      return error;
+    }
+    EncodePlanes(planes, encoding, row, out);
+    std::memcpy(out.policy + row * kLc0PolicySize, f.probabilities, kLc0PolicySize * sizeof(float));
+  }
+  return "";
+}
+
+}  // namespace shardmill
