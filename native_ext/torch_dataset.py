@@ -42,6 +42,14 @@ from shardmill.native_ext.reader import ShardReader
 MAX_WORKERS = 256  # DataLoader workers per dataset whose passes are counted
 
 
+def _tensors(batch: dict, planes: str | None) -> dict:
+    """A batch's arrays as torch tensors (bfloat16 planes, which numpy holds as their uint16 bits, as bfloat16)."""
+    out = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in batch.items()}
+    if planes == "bfloat16" and "planes" in out:
+        out["planes"] = out["planes"].view(torch.bfloat16)
+    return out
+
+
 class ShardIterableDataset(torch.utils.data.IterableDataset):
     """Yields dicts of torch tensors (frames as uint8 (batch, width)), plus `epoch`.
 
@@ -126,7 +134,7 @@ class ShardIterableDataset(torch.utils.data.IterableDataset):
         try:
             with self._reader as reader:
                 for batch in reader:
-                    yield {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in batch.items()}
+                    yield _tensors(batch, self._reader_kwargs.get("planes"))
         finally:
             self._shared[1 + MAX_WORKERS + slot] = 0
             self._reader = None
