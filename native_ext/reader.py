@@ -43,6 +43,7 @@ from shardmill.native_ext.dataset import OutputError, load_manifest, open_datase
 STATE_VERSION = 2  # 2: Feistel halves fit odd bit widths (other orders than 1)
 MAX_EPOCH = 1 << 40  # of an unbounded reader's state: far beyond any run, far from overflow
 PLANE_ENCODINGS = ("float32", "float16", "bfloat16", "uint8", "packed")
+POLICY_SIZE = 1858
 
 
 class ShardReader:
@@ -79,7 +80,8 @@ class ShardReader:
       lc0_tensors: "loader" or "chunkparser": each batch also carries the
         lc0 training tensors of its `frame` records, converted natively
         (GIL released, on `num_threads` threads) in the batch's order:
-        `planes` (batch, 112, 8, 8), `policy` (batch, 1858) and either
+        `planes` (batch, 112, 8, 8), `policy` (batch, 1858: float32, a view of
+        the records' own probabilities, rows strided by the record size) and either
         `values` (batch, 6, 4) (loader) or `wdl`, `best_wdl` (batch, 3) and
         `plies_left` (batch,) (chunkparser). See the README's "lc0 training
         tensors" for both conventions. A record a convention can't convert
@@ -297,7 +299,8 @@ class ShardReader:
 
     def _add_lc0_tensors(self, batch: dict) -> None:
         convention, planes = self._lc0
-        tensors, bad_row, error = lc0_tensors(batch["frame"], convention, planes, self._threads[0])
+        frames = batch["frame"]
+        tensors, bad_row, error = lc0_tensors(frames, convention, planes, self._threads[0], copy_policy=False)
         if bad_row >= 0:
             index = int(batch["record_index"][bad_row])
             starts = np.cumsum([0] + [s["rows"] for s in self._manifest["shards"]])
@@ -305,6 +308,10 @@ class ShardReader:
             raise OutputError(f"{self._manifest['shards'][shard]['path']}: row {index - starts[shard]}: {error} "
                               f"(lc0_tensors={convention!r})")
         batch.update(tensors)
+        # The policy is the records' own 1858 float32 probabilities (after the version, and the input format
+        # from V5 on): served in place, a strided view, instead of copying 7.4 kB a position.
+        start = 8 if len(frames) == 0 or int(frames[0, :4].view("<u4")[0]) >= 5 else 4
+        batch["policy"] = frames[:, start : start + 4 * POLICY_SIZE].view("<f4")
 
     def _next_elastic(self) -> dict | None:
         """The next batch of an elastic epoch (pieces read one at a time, batches cut across them),

@@ -73,7 +73,9 @@ std::string ParseFields(const uint8_t* r, int64_t record_bytes, Fields* out) {
   return "";
 }
 
-// Each plane as (squares with a nonzero value, that value): square s is bit s.
+// Each plane as (squares with a nonzero value, that value). Masks keep the
+// records' bit order: square s is bit s ^ 7 (byte s / 8, the first square of
+// a byte in its high bit), which is also numpy's packbits order.
 struct Planes {
   uint64_t mask[kLc0Planes];
   float value[kLc0Planes];
@@ -97,19 +99,17 @@ const std::array<uint8_t, 256>& ReversedBytes() {
   return table;
 }
 
-// The bitboard planes: square s is bit (s ^ 7) of the little-endian u64 (the
-// first square of each byte in its high bit), as both references unpack them.
+// The bitboard planes, as stored (both references unpack square s from bit s ^ 7).
 void BitboardPlanes(const Fields& f, Planes* p) {
-  const auto& reversed = ReversedBytes();
   for (int plane = 0; plane < 104; ++plane) {
-    uint8_t bytes[8];
-    std::memcpy(bytes, f.planes + plane * 8, 8);
-    for (auto& b : bytes) b = reversed[b];
     uint64_t mask;
-    std::memcpy(&mask, bytes, 8);
+    std::memcpy(&mask, f.planes + plane * 8, 8);
     p->Set(plane, mask, 1.0f);
   }
 }
+
+// The mask of squares file 0..7 of one rank where bit j of `files` is file j.
+uint64_t RankMask(uint8_t files, int rank) { return uint64_t{ReversedBytes()[files]} << (8 * rank); }
 
 void LoaderPlanes(const Fields& f, Planes* p) {
   BitboardPlanes(f, p);
@@ -142,14 +142,14 @@ std::string ChunkparserPlanes(const Fields& f, Planes* p) {
     p->Constant(108, f.side_to_move_or_enpassant);
   } else if (format == 2 || format == 3 || format == 4 || format == 5 || format == 132 || format == 133) {
     // Castling rights as bit rows: bit j of the byte is file j, ours on the first rank, theirs on the last.
-    p->Set(104, f.us_ooo | (uint64_t{f.them_ooo} << 56), 1.0f);
-    p->Set(105, f.us_oo | (uint64_t{f.them_oo} << 56), 1.0f);
+    p->Set(104, RankMask(f.us_ooo, 0) | RankMask(f.them_ooo, 7), 1.0f);
+    p->Set(105, RankMask(f.us_oo, 0) | RankMask(f.them_oo, 7), 1.0f);
     p->Constant(106, 0.0f);
     p->Constant(107, 0.0f);
     if (format == 2) {
       p->Constant(108, f.side_to_move_or_enpassant);
     } else {
-      p->Set(108, uint64_t{f.side_to_move_or_enpassant} << 56, 1.0f);  // the en-passant mask
+      p->Set(108, RankMask(f.side_to_move_or_enpassant, 7), 1.0f);  // the en-passant mask
     }
   } else {
     return "input format " + std::to_string(format) + " is not one the chunkparser converts (1, 2, 3, 4, 5, 132, 133)";
@@ -190,12 +190,13 @@ uint16_t BfloatOf(float value) {
   return static_cast<uint16_t>((x + 0x7FFF + ((x >> 16) & 1)) >> 16);
 }
 
-// Per mask byte, the 8 squares it covers as values of T (1 or 0): one copy per 8 squares.
+// Per mask byte, the 8 squares it covers (the first in its high bit) as values of T (1 or 0): one
+// copy per 8 squares.
 template <typename T>
 struct UnitTable {
   explicit UnitTable(T one) : unit(one) {
     for (int b = 0; b < 256; ++b) {
-      for (int j = 0; j < 8; ++j) squares[b][j] = (b >> j) & 1 ? one : T{};
+      for (int j = 0; j < 8; ++j) squares[b][j] = (b >> (7 - j)) & 1 ? one : T{};
     }
   }
   T unit;
@@ -212,7 +213,7 @@ void WritePlane(uint64_t mask, T value, const UnitTable<T>& table, T* out) {
   } else if (value == table.unit) {
     for (int k = 0; k < 8; ++k) std::memcpy(out + 8 * k, table.squares[(mask >> (8 * k)) & 0xFF], 8 * sizeof(T));
   } else {
-    for (int s = 0; s < 64; ++s) out[s] = (mask >> s) & 1 ? value : T{};
+    for (int s = 0; s < 64; ++s) out[s] = (mask >> (s ^ 7)) & 1 ? value : T{};
   }
 }
 
@@ -243,14 +244,9 @@ void EncodePlanes(const Planes& p, PlaneEncoding encoding, int64_t row, const Lc
     case PlaneEncoding::kUint8:
       WritePlanes<uint8_t>(p, bytes, One, static_cast<uint8_t*>(out.planes) + values);
       break;
-    case PlaneEncoding::kPacked: {
-      const auto& reversed = ReversedBytes();
-      uint8_t* dst = static_cast<uint8_t*>(out.planes) + row * kLc0Planes * 8;
-      for (int i = 0; i < kLc0Planes; ++i) {
-        for (int k = 0; k < 8; ++k) dst[i * 8 + k] = reversed[(p.mask[i] >> (8 * k)) & 0xFF];
-      }
+    case PlaneEncoding::kPacked:
+      std::memcpy(static_cast<uint8_t*>(out.planes) + row * kLc0Planes * 8, p.mask, sizeof(p.mask));
       break;
-    }
   }
   std::memcpy(out.planes_scale + row * kLc0Planes, p.value, sizeof(p.value));
 }
@@ -334,7 +330,7 @@ std::string ConvertLc0Records(const uint8_t* records, int64_t rows, int64_t reco
       return error;
     }
     EncodePlanes(planes, encoding, row, out);
-    std::memcpy(out.policy + row * kLc0PolicySize, f.probabilities, kLc0PolicySize * sizeof(float));
+    if (out.policy) std::memcpy(out.policy + row * kLc0PolicySize, f.probabilities, kLc0PolicySize * sizeof(float));
   }
   return "";
 }

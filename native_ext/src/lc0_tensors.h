@@ -47,7 +47,7 @@ constexpr int kLoaderValueRows = 6;
 struct Lc0Tensors {
   void* planes = nullptr;          // rows x 112 x 64 values (packed: rows x 112 x 8 bytes)
   float* planes_scale = nullptr;   // rows x 112: uint8 and packed encodings only
-  float* policy = nullptr;         // rows x 1858
+  float* policy = nullptr;         // rows x 1858; null: not copied (callers may view the records' own floats)
   float* values = nullptr;         // loader: rows x 6 x 4
   float* wdl = nullptr;            // chunkparser: rows x 3
   float* best_wdl = nullptr;       // chunkparser: rows x 3

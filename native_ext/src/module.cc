@@ -96,7 +96,7 @@ shardmill::PlaneEncoding EncodingOf(const std::string& name) {
 
 // lc0 records (rows x record_bytes) to tensors, split over `threads` threads with the GIL released.
 py::tuple Lc0Tensors(py::array_t<uint8_t, py::array::c_style> frames, const std::string& convention_name,
-                     const std::string& planes_name, int threads) {
+                     const std::string& planes_name, int threads, bool copy_policy) {
   if (frames.ndim() != 2) throw shardmill::NativeError("frames must be a (rows, record_bytes) uint8 array");
   shardmill::Lc0Convention convention;
   if (convention_name == "loader") {
@@ -109,38 +109,63 @@ py::tuple Lc0Tensors(py::array_t<uint8_t, py::array::c_style> frames, const std:
   const shardmill::PlaneEncoding encoding = EncodingOf(planes_name);
   const int64_t rows = frames.shape(0), record_bytes = frames.shape(1);
   const auto n = static_cast<py::ssize_t>(rows);
-  py::dict tensors;
-  shardmill::Lc0Tensors out;
   const bool bits = encoding == shardmill::PlaneEncoding::kUint8 || encoding == shardmill::PlaneEncoding::kPacked;
-  py::array planes;
+  const bool loader = convention == shardmill::Lc0Convention::kLoader;
+  // Every output of the batch in one block from the process's buffer cache: fresh numpy arrays of this
+  // size were new mappings each batch, and zeroing their pages took a third of the conversion's time.
+  struct Output {
+    const char* name;
+    py::dtype dtype;
+    std::vector<py::ssize_t> shape;
+    int64_t bytes;
+  };
+  std::vector<Output> outputs;
+  auto add = [&](const char* name, py::dtype dtype, std::vector<py::ssize_t> shape) {
+    int64_t bytes = dtype.itemsize();
+    for (auto extent : shape) bytes *= extent;
+    outputs.push_back({name, std::move(dtype), std::move(shape), (bytes + 63) / 64 * 64});
+  };
+  const py::ssize_t planes_count = shardmill::kLc0Planes;
   if (encoding == shardmill::PlaneEncoding::kPacked) {
-    planes = py::array(py::dtype::of<uint8_t>(), {n, py::ssize_t{shardmill::kLc0Planes}, py::ssize_t{8}});
+    add("planes", py::dtype::of<uint8_t>(), {n, planes_count, 8});
   } else {
     // bfloat16 has no numpy dtype: its bits as uint16 (ml_dtypes or torch view them as bfloat16).
     py::dtype dtype = encoding == shardmill::PlaneEncoding::kFloat32 ? py::dtype::of<float>()
                       : bits                                          ? py::dtype::of<uint8_t>()
                       : encoding == shardmill::PlaneEncoding::kFloat16 ? py::dtype("float16")
                                                                        : py::dtype::of<uint16_t>();
-    planes = py::array(dtype, {n, py::ssize_t{shardmill::kLc0Planes}, py::ssize_t{8}, py::ssize_t{8}});
+    add("planes", dtype, {n, planes_count, 8, 8});
   }
-  out.planes = planes.mutable_data();
-  tensors["planes"] = planes;
-  if (bits) {
-    py::array_t<float> scale({n, py::ssize_t{shardmill::kLc0Planes}});
-    out.planes_scale = scale.mutable_data();
-    tensors["planes_scale"] = scale;
-  }
-  py::array_t<float> policy({n, py::ssize_t{shardmill::kLc0PolicySize}});
-  out.policy = policy.mutable_data();
-  tensors["policy"] = policy;
-  if (convention == shardmill::Lc0Convention::kLoader) {
-    py::array_t<float> values({n, py::ssize_t{shardmill::kLoaderValueRows}, py::ssize_t{4}});
-    out.values = values.mutable_data();
-    tensors["values"] = values;
+  if (bits) add("planes_scale", py::dtype::of<float>(), {n, planes_count});
+  if (copy_policy) add("policy", py::dtype::of<float>(), {n, py::ssize_t{shardmill::kLc0PolicySize}});
+  if (loader) {
+    add("values", py::dtype::of<float>(), {n, py::ssize_t{shardmill::kLoaderValueRows}, 4});
   } else {
-    py::array_t<float> wdl({n, py::ssize_t{3}}), best_wdl({n, py::ssize_t{3}}), plies_left(n);
-    out.wdl = wdl.mutable_data(), out.best_wdl = best_wdl.mutable_data(), out.plies_left = plies_left.mutable_data();
-    tensors["wdl"] = wdl, tensors["best_wdl"] = best_wdl, tensors["plies_left"] = plies_left;
+    add("wdl", py::dtype::of<float>(), {n, 3});
+    add("best_wdl", py::dtype::of<float>(), {n, 3});
+    add("plies_left", py::dtype::of<float>(), {n});
+  }
+  int64_t total = 0;
+  for (const auto& output : outputs) total += output.bytes;
+  auto block = std::make_shared<shardmill::LargeBuffer>(shardmill::LargeBuffer::Take(std::max<int64_t>(total, 64)));
+  if (!block->data()) throw shardmill::NativeError("out of memory for a batch of lc0 tensors");
+  py::capsule owner(new std::shared_ptr<shardmill::LargeBuffer>(block),
+                    [](void* p) { delete static_cast<std::shared_ptr<shardmill::LargeBuffer>*>(p); });
+  py::dict tensors;
+  shardmill::Lc0Tensors out;
+  int64_t offset = 0;
+  for (const auto& output : outputs) {
+    uint8_t* at = block->data() + offset;
+    offset += output.bytes;
+    tensors[output.name] = py::array(output.dtype, output.shape, at, owner);
+    const std::string name = output.name;
+    if (name == "planes") out.planes = at;
+    if (name == "planes_scale") out.planes_scale = reinterpret_cast<float*>(at);
+    if (name == "policy") out.policy = reinterpret_cast<float*>(at);
+    if (name == "values") out.values = reinterpret_cast<float*>(at);
+    if (name == "wdl") out.wdl = reinterpret_cast<float*>(at);
+    if (name == "best_wdl") out.best_wdl = reinterpret_cast<float*>(at);
+    if (name == "plies_left") out.plies_left = reinterpret_cast<float*>(at);
   }
   const uint8_t* data = frames.data();
   const int parts = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, rows / 64)));
@@ -156,7 +181,7 @@ py::tuple Lc0Tensors(py::array_t<uint8_t, py::array::c_style> frames, const std:
       shifted.planes = static_cast<uint8_t*>(out.planes) + begin * plane_bytes;
       auto at = [&](float* p, int64_t width) { return p ? p + begin * width : nullptr; };
       shifted.planes_scale = at(out.planes_scale, shardmill::kLc0Planes);
-      shifted.policy = at(out.policy, shardmill::kLc0PolicySize);
+      shifted.policy = out.policy ? at(out.policy, shardmill::kLc0PolicySize) : nullptr;
       shifted.values = at(out.values, shardmill::kLoaderValueRows * 4);
       shifted.wdl = at(out.wdl, 3), shifted.best_wdl = at(out.best_wdl, 3), shifted.plies_left = at(out.plies_left, 1);
       try {
@@ -334,9 +359,10 @@ PYBIND11_MODULE(_native, m) {
       "another version (nothing copied); raises NativeError when the stream is broken or has another size.");
 
   m.def("lc0_tensors", &Lc0Tensors, py::arg("frames"), py::arg("convention") = "loader",
-        py::arg("planes") = "float32", py::arg("threads") = 1,
+        py::arg("planes") = "float32", py::arg("threads") = 1, py::arg("copy_policy") = true,
         "lc0 records (rows, record_bytes) to training tensors (lc0_tensors.h): (dict of arrays, first bad row or "
-        "-1, what is wrong with it). Rows before a bad one are converted.");
+        "-1, what is wrong with it). Rows before a bad one are converted. copy_policy=False leaves `policy` out "
+        "(the records' own float32 probabilities can be viewed in place).");
 
   // The reader's options, one struct (shardmill::ReaderOptions; see shard_reader.h for each field).
   py::class_<shardmill::ReaderOptions>(m, "ReaderOptions")

@@ -125,7 +125,7 @@ def make_game_records(game_seed: int, num_records: int) -> np.ndarray:
     sign = np.where(ply % 2 == 0, 1.0, -1.0).astype(np.float32)
     q = np.tanh(np.linspace(0, 2 * result, n)).astype(np.float32) * sign
     for name in ("root_q", "best_q", "played_q", "orig_q"):
-        rec[name] = q + rng.normal(0, 0.02, n).astype(np.float32)
+        rec[name] = np.clip(q + rng.normal(0, 0.02, n).astype(np.float32), -1, 1)  # lc0's q is in [-1, 1]
     draw = np.float32(0.4 if result == 0 else 0.2)
     for name in ("root_d", "best_d", "played_d", "orig_d"):
         rec[name] = draw

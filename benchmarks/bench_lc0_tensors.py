@@ -1,0 +1,105 @@
+"""lc0 training tensors: the reader with its native conversion, side by side with the reader alone and a numpy
+conversion of the same batches.
+
+Writes an output of real-like V6 records (self-play games from
+tests/datagen/lc0.py, shuffled across games, 4 shards), then, in one process
+and rotating the order each round, reads it whole in 256-record batches:
+
+- reader: ShardReader serving `frame` only (the baseline: zero-copy views);
+- reader + loader / chunkparser: ShardReader(lc0_tensors=...) in several
+  plane encodings (the conversion in C++, GIL released, num_threads threads);
+- reader + numpy: the reader's frames converted by the numpy statement of
+  the loader convention in tests/reference_lc0_tensors.py (float16 planes);
+- kernel: the conversion alone on in-memory batches (no reader), 1 and 2 threads.
+
+Prints one JSON object: median positions/s per variant and its ratio to the
+reader alone.
+
+    python benchmarks/bench_lc0_tensors.py [--rows-per-shard 15000 --rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from shardmill.native_ext import ShardReader  # noqa: E402
+from shardmill.native_ext._native import lc0_tensors  # noqa: E402
+from tests import reference_lc0_tensors as ref  # noqa: E402
+from tests.datagen.lc0 import shuffled_v6_frames  # noqa: E402
+from tests.datagen.shards import write_output  # noqa: E402
+
+BATCH = 256
+WIDTH = 8356
+
+
+def read_all(directory: str, **kwargs) -> int:
+    rows = 0
+    with ShardReader(directory, batch_size=BATCH, seed=1, num_threads=2, **kwargs) as reader:
+        for batch in reader:
+            rows += len(batch["record_index"])
+    return rows
+
+
+def read_with_numpy(directory: str) -> int:
+    rows = 0
+    with ShardReader(directory, batch_size=BATCH, seed=1, num_threads=2) as reader:
+        for batch in reader:
+            tensors = ref.loader(batch["frame"])
+            tensors["planes"] = tensors["planes"].astype(np.float16)
+            rows += len(tensors["planes"])
+    return rows
+
+
+def kernel(frames: np.ndarray, planes: str, threads: int) -> int:
+    for start in range(0, len(frames), BATCH):
+        lc0_tensors(frames[start : start + BATCH], "loader", planes, threads, copy_policy=False)  # as the reader
+    return len(frames)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows-per-shard", type=int, default=15_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    directory = tempfile.mkdtemp(prefix="bench-lc0-tensors-")
+    write_output(directory, [args.rows_per_shard] * 4, 501, WIDTH, frames=shuffled_v6_frames())
+    frames = np.ascontiguousarray(shuffled_v6_frames()(np.arange(20_000), WIDTH))
+    variants = {
+        "reader": lambda: read_all(directory),
+        "reader+loader float16": lambda: read_all(directory, lc0_tensors="loader", planes="float16"),
+        "reader+loader float32": lambda: read_all(directory, lc0_tensors="loader", planes="float32"),
+        "reader+loader packed": lambda: read_all(directory, lc0_tensors="loader", planes="packed"),
+        "reader+chunkparser float16": lambda: read_all(directory, lc0_tensors="chunkparser", planes="float16"),
+        "reader+numpy loader float16": lambda: read_with_numpy(directory),
+        "kernel loader float16, 1 thread": lambda: kernel(frames, "float16", 1),
+        "kernel loader float16, 2 threads": lambda: kernel(frames, "float16", 2),
+        "kernel loader packed, 1 thread": lambda: kernel(frames, "packed", 1),
+    }
+    rates = {name: [] for name in variants}
+    names = list(variants)
+    for round_index in range(args.rounds):
+        order = names[round_index % len(names):] + names[: round_index % len(names)]
+        for name in order:
+            variants[name]()  # warm: page cache, the window buffer cache, malloc's arenas
+            start = time.perf_counter()
+            rows = variants[name]()
+            rates[name].append(rows / (time.perf_counter() - start))
+    base = statistics.median(rates["reader"])
+    report = {name: {"positions_per_s": round(statistics.median(r)), "vs_reader": round(statistics.median(r) / base, 3)}
+              for name, r in rates.items()}
+    print(json.dumps({"batch": BATCH, "rows": 4 * args.rows_per_shard, "cpus": os.cpu_count(), "variants": report},
+                     indent=1))
+
+
+if __name__ == "__main__":
+    main()
