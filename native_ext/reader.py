@@ -37,7 +37,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from shardmill.native_ext._native import NativeError, NativeReader, ReaderOptions, lc0_tensors
+from shardmill.native_ext._native import NativeError, NativeReader, ReaderOptions
 from shardmill.native_ext.dataset import OutputError, load_manifest, open_dataset  # noqa: F401  (re-exported)
 
 STATE_VERSION = 2  # 2: Feistel halves fit odd bit widths (other orders than 1)
@@ -78,14 +78,15 @@ class ShardReader:
         reader started at 0 serves in that epoch); num_epochs still counts
         from epoch 0, so it must be larger. Not with `state`.
       lc0_tensors: "loader" or "chunkparser": each batch also carries the
-        lc0 training tensors of its `frame` records, converted natively
-        (GIL released, on `num_threads` threads) in the batch's order:
+        lc0 training tensors of its `frame` records, converted on the
+        reader's decode threads ahead of the consumer, in the batch's order:
         `planes` (batch, 112, 8, 8), `policy` (batch, 1858: float32, a view of
         the records' own probabilities, rows strided by the record size) and either
         `values` (batch, 6, 4) (loader) or `wdl`, `best_wdl` (batch, 3) and
         `plies_left` (batch,) (chunkparser). See the README's "lc0 training
         tensors" for both conventions. A record a convention can't convert
-        is an OutputError naming its shard and row.
+        makes its batch an OutputError naming its shard and row (the next
+        call serves the next batch).
       planes: the planes' encoding: "float32", "float16", "bfloat16" (its
         bits as uint16), "uint8" (1 where nonzero) or "packed" (batch, 112, 8
         bytes, numpy packbits order); the last two come with `planes_scale`
@@ -176,6 +177,8 @@ class ShardReader:
             setattr(options, name, self._settings[name])
         options.num_threads, options.prefetch_windows = self._threads
         options.start_epoch, options.start_position = start_epoch, start_position
+        if self._lc0 is not None:
+            options.lc0_convention, options.lc0_planes = self._lc0
         if piece is not None:  # one piece of an elastic epoch: exactly that epoch, that slice, batched by us
             options.slice_begin, options.slice_end = piece
             options.num_epochs, options.drop_remainder = start_epoch + 1, False
@@ -294,20 +297,11 @@ class ShardReader:
         if batch is None:
             raise StopIteration
         if self._lc0 is not None:
-            self._add_lc0_tensors(batch)
+            self._add_policy(batch)
         return batch
 
-    def _add_lc0_tensors(self, batch: dict) -> None:
-        convention, planes = self._lc0
+    def _add_policy(self, batch: dict) -> None:
         frames = batch["frame"]
-        tensors, bad_row, error = lc0_tensors(frames, convention, planes, self._threads[0], copy_policy=False)
-        if bad_row >= 0:
-            index = int(batch["record_index"][bad_row])
-            starts = np.cumsum([0] + [s["rows"] for s in self._manifest["shards"]])
-            shard = int(np.searchsorted(starts, index, side="right")) - 1
-            raise OutputError(f"{self._manifest['shards'][shard]['path']}: row {index - starts[shard]}: {error} "
-                              f"(lc0_tensors={convention!r})")
-        batch.update(tensors)
         # The policy is the records' own 1858 float32 probabilities (after the version, and the input format
         # from V5 on): served in place, a strided view, instead of copying 7.4 kB a position.
         start = 8 if len(frames) == 0 or int(frames[0, :4].view("<u4")[0]) >= 5 else 4

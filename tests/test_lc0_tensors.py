@@ -249,10 +249,12 @@ def fixture_output(directory, name: str) -> np.ndarray:
 
 @needs_fixtures
 @pytest.mark.parametrize("convention", ["loader", "chunkparser"])
-def test_the_reader_serves_tensors_of_each_batch_in_its_order(tmp_path, convention):
+@pytest.mark.parametrize("batch_size", [32, 24])  # 24: batches that span two windows are copies
+def test_the_reader_serves_tensors_of_each_batch_in_its_order(tmp_path, convention, batch_size):
     records = fixture_output(tmp_path, "frames_v6_3.bin.gz")
     expected = (ref.loader if convention == "loader" else ref.chunkparser)(records)
-    with ShardReader(str(tmp_path), batch_size=32, seed=4, lc0_tensors=convention, planes="float16") as reader:
+    with ShardReader(str(tmp_path), batch_size=batch_size, seed=4, lc0_tensors=convention, planes="float16",
+                     window_row_groups=2) as reader:
         batches = list(reader)
     assert sum(len(b["record_index"]) for b in batches) == len(records)
     for batch in batches:
@@ -274,6 +276,32 @@ def test_a_record_the_convention_cannot_read_names_its_shard_and_row(tmp_path):
         ShardReader(str(tmp_path), lc0_tensors="tf")
     with pytest.raises(ValueError, match="planes must be one of"):
         ShardReader(str(tmp_path), lc0_tensors="loader", planes="int4")
+
+
+@needs_fixtures
+def test_only_batches_holding_a_bad_record_fail_and_the_stream_goes_on(tmp_path):
+    records = ref.records_of(gzip.open(os.path.join(FIXTURES, "frames_v6_1.bin.gz")).read()).copy()
+    bad = {5, 77, 150}
+    for i in bad:
+        records[i, 4:8] = np.frombuffer(np.uint32(9).tobytes(), np.uint8)  # an input format the chunkparser lacks
+    manifest = write_output(str(tmp_path), [100, len(records) - 100], 16, records.shape[1],
+                            frames=lambda ids, width: records[ids])
+    served, named = [], set()
+    with ShardReader(str(tmp_path), batch_size=8, seed=3, lc0_tensors="chunkparser", window_row_groups=2) as reader:
+        while True:
+            try:
+                batch = next(reader)
+            except StopIteration:
+                break
+            except OutputError as err:
+                shard, row = str(err).split(": row ")[0], int(str(err).split(": row ")[1].split(":")[0])
+                first = 0 if shard.endswith(manifest["shards"][0]["path"]) else 100
+                named.add(first + row)
+                assert "input format 9 is not one the chunkparser converts" in str(err)
+                continue
+            served.extend(batch["record_index"].tolist())
+    assert named == bad and not bad & set(served)
+    assert len(served) + 8 * len(named) >= len(records) and len(set(served)) == len(served)
 
 
 @needs_fixtures

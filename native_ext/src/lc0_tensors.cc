@@ -290,8 +290,6 @@ std::string ChunkparserTargets(const Fields& f, int64_t row, const Lc0Tensors& o
   return "";
 }
 
-}  // namespace
-
 int64_t PlaneBytesPerRecord(PlaneEncoding encoding) {
   switch (encoding) {
     case PlaneEncoding::kFloat32: return kLc0Planes * 64 * 4;
@@ -303,8 +301,70 @@ int64_t PlaneBytesPerRecord(PlaneEncoding encoding) {
   return 0;
 }
 
-std::string ConvertLc0Records(const uint8_t* records, int64_t rows, int64_t record_bytes, Lc0Convention convention,
-                              PlaneEncoding encoding, const Lc0Tensors& out, int64_t* bad_row) {
+void ZeroRow(const Lc0Tensors& out, PlaneEncoding encoding, int64_t row) {
+  const int64_t plane_bytes = PlaneBytesPerRecord(encoding);
+  std::memset(static_cast<uint8_t*>(out.planes) + row * plane_bytes, 0, plane_bytes);
+  auto zero = [row](float* p, int64_t width) {
+    if (p) std::memset(p + row * width, 0, width * sizeof(float));
+  };
+  zero(out.planes_scale, kLc0Planes);
+  zero(out.policy, kLc0PolicySize);
+  zero(out.values, kLoaderValueRows * 4);
+  zero(out.wdl, 3);
+  zero(out.best_wdl, 3);
+  zero(out.plies_left, 1);
+}
+
+}  // namespace
+
+std::vector<Lc0Output> Lc0Outputs(Lc0Convention convention, PlaneEncoding encoding) {
+  std::vector<Lc0Output> outputs = {{"planes", PlaneBytesPerRecord(encoding)}};
+  if (encoding == PlaneEncoding::kUint8 || encoding == PlaneEncoding::kPacked) {
+    outputs.push_back({"planes_scale", kLc0Planes * 4});
+  }
+  if (convention == Lc0Convention::kLoader) {
+    outputs.push_back({"values", kLoaderValueRows * 4 * 4});
+  } else {
+    outputs.push_back({"wdl", 3 * 4});
+    outputs.push_back({"best_wdl", 3 * 4});
+    outputs.push_back({"plies_left", 4});
+  }
+  return outputs;
+}
+
+Lc0Tensors Lc0TensorsAt(const std::vector<Lc0Output>& outputs, const std::vector<uint8_t*>& buffers, int64_t row) {
+  Lc0Tensors out;
+  for (size_t i = 0; i < outputs.size() && i < buffers.size(); ++i) {
+    uint8_t* at = buffers[i] + row * outputs[i].row_bytes;
+    const std::string& name = outputs[i].name;
+    auto* floats = reinterpret_cast<float*>(at);
+    if (name == "planes") out.planes = at;
+    if (name == "planes_scale") out.planes_scale = floats;
+    if (name == "values") out.values = floats;
+    if (name == "wdl") out.wdl = floats;
+    if (name == "best_wdl") out.best_wdl = floats;
+    if (name == "plies_left") out.plies_left = floats;
+  }
+  return out;
+}
+
+bool ParseLc0Convention(const std::string& name, Lc0Convention* out) {
+  if (name == "loader") return *out = Lc0Convention::kLoader, true;
+  if (name == "chunkparser") return *out = Lc0Convention::kChunkparser, true;
+  return false;
+}
+
+bool ParsePlaneEncoding(const std::string& name, PlaneEncoding* out) {
+  if (name == "float32") return *out = PlaneEncoding::kFloat32, true;
+  if (name == "float16") return *out = PlaneEncoding::kFloat16, true;
+  if (name == "bfloat16") return *out = PlaneEncoding::kBfloat16, true;
+  if (name == "uint8") return *out = PlaneEncoding::kUint8, true;
+  if (name == "packed") return *out = PlaneEncoding::kPacked, true;
+  return false;
+}
+
+void ConvertLc0Records(const uint8_t* records, int64_t rows, int64_t record_bytes, Lc0Convention convention,
+                       PlaneEncoding encoding, const Lc0Tensors& out, std::vector<Lc0RecordError>* errors) {
   Planes planes;
   for (int64_t row = 0; row < rows; ++row) {
     const uint8_t* record = records + row * record_bytes;
@@ -326,13 +386,13 @@ std::string ConvertLc0Records(const uint8_t* records, int64_t rows, int64_t reco
       }
     }
     if (!error.empty()) {
-      *bad_row = row;
-      return error;
+      ZeroRow(out, encoding, row);
+      errors->push_back({row, std::move(error)});
+      continue;
     }
     EncodePlanes(planes, encoding, row, out);
     if (out.policy) std::memcpy(out.policy + row * kLc0PolicySize, f.probabilities, kLc0PolicySize * sizeof(float));
   }
-  return "";
 }
 
 }  // namespace shardmill

@@ -33,6 +33,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace shardmill {
 
@@ -54,13 +55,33 @@ struct Lc0Tensors {
   float* plies_left = nullptr;     // chunkparser: rows
 };
 
-// Bytes of one record's planes in an encoding.
-int64_t PlaneBytesPerRecord(PlaneEncoding encoding);
+// One output tensor of a conversion (the policy aside): its name and bytes per record.
+struct Lc0Output {
+  std::string name;
+  int64_t row_bytes;
+};
 
-// Converts `rows` records of `record_bytes` each. Returns "" or what is wrong
-// with the first record it cannot convert (and sets *bad_row to its index);
-// records before it are converted.
-std::string ConvertLc0Records(const uint8_t* records, int64_t rows, int64_t record_bytes, Lc0Convention convention,
-                              PlaneEncoding encoding, const Lc0Tensors& out, int64_t* bad_row);
+// The outputs a convention fills in an encoding, in a fixed order: planes,
+// planes_scale (bit encodings), then values (loader) or wdl, best_wdl,
+// plies_left (chunkparser).
+std::vector<Lc0Output> Lc0Outputs(Lc0Convention convention, PlaneEncoding encoding);
+
+// Lc0Tensors pointing at record `row` of buffers laid out as `outputs` (one per output, same order).
+Lc0Tensors Lc0TensorsAt(const std::vector<Lc0Output>& outputs, const std::vector<uint8_t*>& buffers, int64_t row);
+
+// Parses "loader"/"chunkparser" and "float32"/"float16"/"bfloat16"/"uint8"/"packed"; false if unknown.
+bool ParseLc0Convention(const std::string& name, Lc0Convention* out);
+bool ParsePlaneEncoding(const std::string& name, PlaneEncoding* out);
+
+struct Lc0RecordError {
+  int64_t row;       // index among the converted records
+  std::string what;  // what is wrong with it
+};
+
+// Converts `rows` records of `record_bytes` each. A record a convention
+// cannot convert gets zeros in every output and an entry in *errors; the
+// others are converted whatever their neighbours.
+void ConvertLc0Records(const uint8_t* records, int64_t rows, int64_t record_bytes, Lc0Convention convention,
+                       PlaneEncoding encoding, const Lc0Tensors& out, std::vector<Lc0RecordError>* errors);
 
 }  // namespace shardmill

@@ -42,6 +42,9 @@ std::pair<py::dtype, std::vector<py::ssize_t>> ArrayLayout(const shardmill::Colu
   return {py::dtype(name), {static_cast<py::ssize_t>(rows)}};
 }
 
+py::array Lc0Array(const std::string& name, shardmill::PlaneEncoding encoding, int64_t rows, const uint8_t* data,
+                   py::handle owner);
+
 py::object NextBatch(ShardReader& reader) {
   shardmill::BatchPlan plan = reader.PlanNext();
   if (plan.epoch < 0) return py::none();
@@ -63,6 +66,12 @@ py::object NextBatch(ShardReader& reader) {
       batch[py::str(reader.columns()[c].name)] = py::array(dtype, shape, view.columns[c], owner);
     }
     batch["record_index"] = py::array_t<int64_t>({static_cast<py::ssize_t>(plan.rows)}, view.record_index, owner);
+    if (const auto* lc0 = reader.lc0()) {
+      for (size_t i = 0; i < lc0->outputs.size(); ++i) {
+        batch[py::str(lc0->outputs[i].name)] =
+            Lc0Array(lc0->outputs[i].name, lc0->encoding, plan.rows, view.tensors[i], owner);
+      }
+    }
   } else {
     // The batch spans two windows: copied into fresh arrays.
     std::vector<uint8_t*> buffers;
@@ -74,9 +83,17 @@ py::object NextBatch(ShardReader& reader) {
     }
     py::array_t<int64_t> record_index(plan.rows);
     int64_t* index_data = record_index.mutable_data();
+    std::vector<uint8_t*> tensors;
+    if (const auto* lc0 = reader.lc0()) {
+      for (const auto& output : lc0->outputs) {
+        py::array array = Lc0Array(output.name, lc0->encoding, plan.rows, nullptr, py::handle());
+        tensors.push_back(static_cast<uint8_t*>(array.mutable_data()));
+        batch[py::str(output.name)] = array;
+      }
+    }
     {
       py::gil_scoped_release release;
-      shardmill::ThrowIfError(reader.FillNext(plan, buffers, index_data, seed_data), "");
+      shardmill::ThrowIfError(reader.FillNext(plan, buffers, index_data, seed_data, tensors), "");
     }
     batch["record_index"] = record_index;
   }
@@ -85,13 +102,35 @@ py::object NextBatch(ShardReader& reader) {
   return batch;
 }
 
-shardmill::PlaneEncoding EncodingOf(const std::string& name) {
-  if (name == "float32") return shardmill::PlaneEncoding::kFloat32;
-  if (name == "float16") return shardmill::PlaneEncoding::kFloat16;
-  if (name == "bfloat16") return shardmill::PlaneEncoding::kBfloat16;
-  if (name == "uint8") return shardmill::PlaneEncoding::kUint8;
-  if (name == "packed") return shardmill::PlaneEncoding::kPacked;
-  throw shardmill::NativeError("planes must be float32, float16, bfloat16, uint8 or packed, got '" + name + "'");
+// The numpy dtype and per-record shape of a conversion output (lc0_tensors.h).
+std::pair<py::dtype, std::vector<py::ssize_t>> Lc0ArrayLayout(const std::string& name,
+                                                               shardmill::PlaneEncoding encoding) {
+  using shardmill::PlaneEncoding;
+  if (name == "planes") {
+    if (encoding == PlaneEncoding::kPacked) return {py::dtype::of<uint8_t>(), {shardmill::kLc0Planes, 8}};
+    // bfloat16 has no numpy dtype: its bits as uint16 (ml_dtypes or torch view them as bfloat16).
+    py::dtype dtype = encoding == PlaneEncoding::kFloat32   ? py::dtype::of<float>()
+                      : encoding == PlaneEncoding::kUint8   ? py::dtype::of<uint8_t>()
+                      : encoding == PlaneEncoding::kFloat16 ? py::dtype("float16")
+                                                            : py::dtype::of<uint16_t>();
+    return {dtype, {shardmill::kLc0Planes, 8, 8}};
+  }
+  if (name == "planes_scale") return {py::dtype::of<float>(), {shardmill::kLc0Planes}};
+  if (name == "values") return {py::dtype::of<float>(), {shardmill::kLoaderValueRows, 4}};
+  if (name == "policy") return {py::dtype::of<float>(), {shardmill::kLc0PolicySize}};
+  if (name == "plies_left") return {py::dtype::of<float>(), {}};
+  return {py::dtype::of<float>(), {3}};  // wdl, best_wdl
+}
+
+// `rows` records of an output at `data` as a numpy array owned by `owner`; without an owner, a fresh array
+// (a copy of `data`, or uninitialised if data is null).
+py::array Lc0Array(const std::string& name, shardmill::PlaneEncoding encoding, int64_t rows, const uint8_t* data,
+                   py::handle owner) {
+  auto [dtype, record_shape] = Lc0ArrayLayout(name, encoding);
+  std::vector<py::ssize_t> shape = {static_cast<py::ssize_t>(rows)};
+  shape.insert(shape.end(), record_shape.begin(), record_shape.end());
+  if (owner) return py::array(dtype, shape, data, owner);
+  return data ? py::array(dtype, shape, data) : py::array(dtype, shape);
 }
 
 // lc0 records (rows x record_bytes) to tensors, split over `threads` threads with the GIL released.
@@ -99,98 +138,51 @@ py::tuple Lc0Tensors(py::array_t<uint8_t, py::array::c_style> frames, const std:
                      const std::string& planes_name, int threads, bool copy_policy) {
   if (frames.ndim() != 2) throw shardmill::NativeError("frames must be a (rows, record_bytes) uint8 array");
   shardmill::Lc0Convention convention;
-  if (convention_name == "loader") {
-    convention = shardmill::Lc0Convention::kLoader;
-  } else if (convention_name == "chunkparser") {
-    convention = shardmill::Lc0Convention::kChunkparser;
-  } else {
+  shardmill::PlaneEncoding encoding;
+  if (!shardmill::ParseLc0Convention(convention_name, &convention)) {
     throw shardmill::NativeError("convention must be 'loader' or 'chunkparser', got '" + convention_name + "'");
   }
-  const shardmill::PlaneEncoding encoding = EncodingOf(planes_name);
+  if (!shardmill::ParsePlaneEncoding(planes_name, &encoding)) {
+    throw shardmill::NativeError("planes must be float32, float16, bfloat16, uint8 or packed, got '" + planes_name +
+                                 "'");
+  }
   const int64_t rows = frames.shape(0), record_bytes = frames.shape(1);
-  const auto n = static_cast<py::ssize_t>(rows);
-  const bool bits = encoding == shardmill::PlaneEncoding::kUint8 || encoding == shardmill::PlaneEncoding::kPacked;
-  const bool loader = convention == shardmill::Lc0Convention::kLoader;
+  auto outputs = shardmill::Lc0Outputs(convention, encoding);
+  if (copy_policy) outputs.push_back({"policy", shardmill::kLc0PolicySize * 4});
   // Every output of the batch in one block from the process's buffer cache: fresh numpy arrays of this
   // size were new mappings each batch, and zeroing their pages took a third of the conversion's time.
-  struct Output {
-    const char* name;
-    py::dtype dtype;
-    std::vector<py::ssize_t> shape;
-    int64_t bytes;
-  };
-  std::vector<Output> outputs;
-  auto add = [&](const char* name, py::dtype dtype, std::vector<py::ssize_t> shape) {
-    int64_t bytes = dtype.itemsize();
-    for (auto extent : shape) bytes *= extent;
-    outputs.push_back({name, std::move(dtype), std::move(shape), (bytes + 63) / 64 * 64});
-  };
-  const py::ssize_t planes_count = shardmill::kLc0Planes;
-  if (encoding == shardmill::PlaneEncoding::kPacked) {
-    add("planes", py::dtype::of<uint8_t>(), {n, planes_count, 8});
-  } else {
-    // bfloat16 has no numpy dtype: its bits as uint16 (ml_dtypes or torch view them as bfloat16).
-    py::dtype dtype = encoding == shardmill::PlaneEncoding::kFloat32 ? py::dtype::of<float>()
-                      : bits                                          ? py::dtype::of<uint8_t>()
-                      : encoding == shardmill::PlaneEncoding::kFloat16 ? py::dtype("float16")
-                                                                       : py::dtype::of<uint16_t>();
-    add("planes", dtype, {n, planes_count, 8, 8});
-  }
-  if (bits) add("planes_scale", py::dtype::of<float>(), {n, planes_count});
-  if (copy_policy) add("policy", py::dtype::of<float>(), {n, py::ssize_t{shardmill::kLc0PolicySize}});
-  if (loader) {
-    add("values", py::dtype::of<float>(), {n, py::ssize_t{shardmill::kLoaderValueRows}, 4});
-  } else {
-    add("wdl", py::dtype::of<float>(), {n, 3});
-    add("best_wdl", py::dtype::of<float>(), {n, 3});
-    add("plies_left", py::dtype::of<float>(), {n});
-  }
-  int64_t total = 0;
-  for (const auto& output : outputs) total += output.bytes;
-  auto block = std::make_shared<shardmill::LargeBuffer>(shardmill::LargeBuffer::Take(std::max<int64_t>(total, 64)));
+  int64_t total = 64;
+  for (const auto& output : outputs) total += (rows * output.row_bytes + 63) / 64 * 64;
+  auto block = std::make_shared<shardmill::LargeBuffer>(shardmill::LargeBuffer::Take(total));
   if (!block->data()) throw shardmill::NativeError("out of memory for a batch of lc0 tensors");
   py::capsule owner(new std::shared_ptr<shardmill::LargeBuffer>(block),
                     [](void* p) { delete static_cast<std::shared_ptr<shardmill::LargeBuffer>*>(p); });
-  py::dict tensors;
-  shardmill::Lc0Tensors out;
+  std::vector<uint8_t*> buffers;
   int64_t offset = 0;
   for (const auto& output : outputs) {
-    uint8_t* at = block->data() + offset;
-    offset += output.bytes;
-    tensors[output.name] = py::array(output.dtype, output.shape, at, owner);
-    const std::string name = output.name;
-    if (name == "planes") out.planes = at;
-    if (name == "planes_scale") out.planes_scale = reinterpret_cast<float*>(at);
-    if (name == "policy") out.policy = reinterpret_cast<float*>(at);
-    if (name == "values") out.values = reinterpret_cast<float*>(at);
-    if (name == "wdl") out.wdl = reinterpret_cast<float*>(at);
-    if (name == "best_wdl") out.best_wdl = reinterpret_cast<float*>(at);
-    if (name == "plies_left") out.plies_left = reinterpret_cast<float*>(at);
+    buffers.push_back(block->data() + offset);
+    offset += (rows * output.row_bytes + 63) / 64 * 64;
+  }
+  py::dict tensors;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    tensors[py::str(outputs[i].name)] = Lc0Array(outputs[i].name, encoding, rows, buffers[i], owner);
   }
   const uint8_t* data = frames.data();
   const int parts = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, rows / 64)));
-  std::vector<int64_t> bad(parts, -1);
-  std::vector<std::string> errors(parts);
+  std::vector<std::vector<shardmill::Lc0RecordError>> errors(parts);
   {
     py::gil_scoped_release release;
     auto run = [&](int part) {
       const int64_t begin = rows * part / parts, end = rows * (part + 1) / parts;
-      int64_t bad_row = -1;
-      shardmill::Lc0Tensors shifted = out;  // the converter indexes rows from its own start
-      const int64_t plane_bytes = shardmill::PlaneBytesPerRecord(encoding);
-      shifted.planes = static_cast<uint8_t*>(out.planes) + begin * plane_bytes;
-      auto at = [&](float* p, int64_t width) { return p ? p + begin * width : nullptr; };
-      shifted.planes_scale = at(out.planes_scale, shardmill::kLc0Planes);
-      shifted.policy = out.policy ? at(out.policy, shardmill::kLc0PolicySize) : nullptr;
-      shifted.values = at(out.values, shardmill::kLoaderValueRows * 4);
-      shifted.wdl = at(out.wdl, 3), shifted.best_wdl = at(out.best_wdl, 3), shifted.plies_left = at(out.plies_left, 1);
+      shardmill::Lc0Tensors out = shardmill::Lc0TensorsAt(outputs, buffers, begin);
+      if (copy_policy) out.policy = reinterpret_cast<float*>(buffers.back()) + begin * shardmill::kLc0PolicySize;
       try {
-        errors[part] = shardmill::ConvertLc0Records(data + begin * record_bytes, end - begin, record_bytes,
-                                                    convention, encoding, shifted, &bad_row);
+        shardmill::ConvertLc0Records(data + begin * record_bytes, end - begin, record_bytes, convention, encoding,
+                                     out, &errors[part]);
+        for (auto& error : errors[part]) error.row += begin;
       } catch (const std::exception& e) {  // memory: never past a thread's edge (that would terminate)
-        errors[part] = e.what(), bad_row = 0;
+        errors[part].push_back({begin, e.what()});
       }
-      if (bad_row >= 0) bad[part] = begin + bad_row;
     };
     std::vector<std::thread> helpers;
     try {
@@ -202,8 +194,8 @@ py::tuple Lc0Tensors(py::array_t<uint8_t, py::array::c_style> frames, const std:
     run(0);
     for (auto& helper : helpers) helper.join();
   }
-  for (int part = 0; part < parts; ++part) {
-    if (bad[part] >= 0) return py::make_tuple(tensors, bad[part], errors[part]);
+  for (const auto& part : errors) {
+    if (!part.empty()) return py::make_tuple(tensors, part.front().row, part.front().what);
   }
   return py::make_tuple(tensors, -1, "");
 }
@@ -387,7 +379,9 @@ PYBIND11_MODULE(_native, m) {
       .def_readwrite("num_threads", &shardmill::ReaderOptions::num_threads)
       .def_readwrite("prefetch_windows", &shardmill::ReaderOptions::prefetch_windows)
       .def_readwrite("start_epoch", &shardmill::ReaderOptions::start_epoch)
-      .def_readwrite("start_position", &shardmill::ReaderOptions::start_position);
+      .def_readwrite("start_position", &shardmill::ReaderOptions::start_position)
+      .def_readwrite("lc0_convention", &shardmill::ReaderOptions::lc0_convention)
+      .def_readwrite("lc0_planes", &shardmill::ReaderOptions::lc0_planes);
 
   py::class_<ShardReader>(m, "NativeReader")
       .def(py::init(&MakeReader), py::arg("options"), "Checks the options and the first shard; starts nothing.")

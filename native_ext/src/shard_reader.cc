@@ -100,10 +100,28 @@ arrow::Status ShardReader::Init() {
   if (o.start_position < 0 || o.start_position > rank_rows_) {
     return arrow::Status::Invalid("start position ", o.start_position, " is outside [0, ", rank_rows_, "]");
   }
+  if (!o.lc0_convention.empty()) {
+    Lc0Conversion lc0;
+    if (!ParseLc0Convention(o.lc0_convention, &lc0.convention)) {
+      return arrow::Status::Invalid("lc0_convention must be loader or chunkparser, got '", o.lc0_convention, "'");
+    }
+    if (!ParsePlaneEncoding(o.lc0_planes, &lc0.encoding)) {
+      return arrow::Status::Invalid("lc0_planes must be float32, float16, bfloat16, uint8 or packed, got '",
+                                    o.lc0_planes, "'");
+    }
+    auto frame = std::find_if(columns_.begin(), columns_.end(), [](const ColumnSpec& c) { return c.name == "frame"; });
+    if (frame == columns_.end() || frame->type->id() != arrow::Type::FIXED_SIZE_BINARY) {
+      return arrow::Status::Invalid("lc0 tensors are converted from a fixed_size_binary 'frame' column: select it");
+    }
+    lc0.column = static_cast<size_t>(frame - columns_.begin());
+    lc0.record_bytes = frame->row_bytes;
+    lc0.outputs = Lc0Outputs(lc0.convention, lc0.encoding);
+    lc0_ = std::make_shared<const Lc0Conversion>(std::move(lc0));
+  }
   epoch_ = o.start_epoch;
   position_ = o.start_position;
   prefetcher_ = std::make_unique<WindowPrefetcher>(o, layout_, std::make_unique<ShardGroups>(o.shards, columns_),
-                                                   RankStart(), RankStart() + rank_rows_);
+                                                   RankStart(), RankStart() + rank_rows_, lc0_);
   return arrow::Status::OK();
 }
 
@@ -134,15 +152,44 @@ void ShardReader::RecordSeeds(const int64_t* record_index, int64_t rows, uint64_
                 record_seed);
 }
 
+arrow::Status ShardReader::ConvertedThrough(const WindowSlot& slot, int64_t first, int64_t last) const {
+  if (!lc0_ || slot.parts == 0) return arrow::Status::OK();
+  for (int64_t part = slot.PartOf(first); part <= slot.PartOf(last); ++part) {
+    for (const auto& error : slot.part_errors[static_cast<size_t>(part)]) {
+      const int64_t position = slot.arranged_start + error.row;
+      if (position < first || position > last) continue;
+      // The record's shard and row, from its global index (shards in manifest order).
+      int64_t row = reinterpret_cast<const int64_t*>(slot.arranged_index.data())[error.row];
+      for (const auto& shard : options_.shards) {
+        int64_t rows = 0;
+        for (int64_t count : shard.row_group_rows) rows += count;
+        if (row < rows) return arrow::Status::Invalid(shard.path, ": row ", row, ": ", error.what);
+        row -= rows;
+      }
+    }
+  }
+  return arrow::Status::OK();
+}
+
 arrow::Result<BatchView> ShardReader::ViewNext(const BatchPlan& plan, uint64_t* record_seed) {
   if (plan.epoch != epoch_) return arrow::Status::Invalid("ViewNext without a matching PlanNext");
   const int64_t target = RankStart() + position_;
   ARROW_ASSIGN_OR_RAISE(auto slot, prefetcher_->ReadyWindow(epoch_, target, target + plan.rows - 1));
   if (target + plan.rows > slot->arranged_end) return BatchView{};  // spans two windows
+  const arrow::Status converted = ConvertedThrough(*slot, target, target + plan.rows - 1);
+  if (!converted.ok()) {
+    position_ += plan.rows;  // consumed: the next call serves the next batch
+    return converted;
+  }
   const int64_t offset = target - slot->arranged_start;
   BatchView view;
   for (size_t c = 0; c < columns_.size(); ++c) {
     view.columns.push_back(slot->arranged[c].data() + offset * columns_[c].row_bytes);
+  }
+  if (lc0_) {
+    for (size_t i = 0; i < lc0_->outputs.size(); ++i) {
+      view.tensors.push_back(slot->tensors[i].data() + offset * lc0_->outputs[i].row_bytes);
+    }
   }
   view.record_index = reinterpret_cast<const int64_t*>(slot->arranged_index.data()) + offset;
   RecordSeeds(view.record_index, plan.rows, record_seed);
@@ -152,9 +199,12 @@ arrow::Result<BatchView> ShardReader::ViewNext(const BatchPlan& plan, uint64_t* 
 }
 
 arrow::Status ShardReader::FillNext(const BatchPlan& plan, const std::vector<uint8_t*>& buffers,
-                                    int64_t* record_index, uint64_t* record_seed) {
+                                    int64_t* record_index, uint64_t* record_seed,
+                                    const std::vector<uint8_t*>& tensors) {
   if (plan.epoch != epoch_) return arrow::Status::Invalid("FillNext without a matching PlanNext");
   if (buffers.size() != columns_.size()) return arrow::Status::Invalid("one buffer per column expected");
+  if (lc0_ && tensors.size() != lc0_->outputs.size()) return arrow::Status::Invalid("one buffer per lc0 output");
+  arrow::Status converted;
   int64_t done = 0;
   while (done < plan.rows) {
     // Part by part: each copy starts as soon as its part is arranged.
@@ -166,13 +216,20 @@ arrow::Status ShardReader::FillNext(const BatchPlan& plan, const std::vector<uin
       const int64_t width = columns_[c].row_bytes;
       std::memcpy(buffers[c] + done * width, slot->arranged[c].data() + offset * width, run * width);
     }
+    if (lc0_) {
+      if (converted.ok()) converted = ConvertedThrough(*slot, target, target + run - 1);
+      for (size_t i = 0; i < lc0_->outputs.size(); ++i) {
+        const int64_t width = lc0_->outputs[i].row_bytes;
+        std::memcpy(tensors[i] + done * width, slot->tensors[i].data() + offset * width, run * width);
+      }
+    }
     const auto* index = reinterpret_cast<const int64_t*>(slot->arranged_index.data()) + offset;
     std::memcpy(record_index + done, index, run * sizeof(int64_t));
     RecordSeeds(index, run, record_seed + done);
     done += run;
   }
   position_ += plan.rows;
-  return arrow::Status::OK();
+  return converted;
 }
 
 }  // namespace shardmill

@@ -42,6 +42,7 @@ struct BatchPlan {
 // keeps them alive (and out of the buffer cache) for as long as it is held.
 struct BatchView {
   std::vector<const uint8_t*> columns;
+  std::vector<const uint8_t*> tensors;  // lc0 outputs (lc0_outputs()), if converting
   const int64_t* record_index = nullptr;
   std::shared_ptr<const void> owner;  // null: no view (the batch spans two windows)
 };
@@ -57,6 +58,8 @@ class ShardReader {
   void Stop();
 
   const std::vector<ColumnSpec>& columns() const { return columns_; }
+  // The lc0 conversion of every batch, or null (ReaderOptions::lc0_convention).
+  const Lc0Conversion* lc0() const { return lc0_.get(); }
   int64_t rows_per_epoch() const { return rank_rows_; }
   int64_t num_rows() const { return layout_->num_rows(); }
   int64_t epoch() const { return epoch_; }
@@ -67,9 +70,12 @@ class ShardReader {
   // Fills the next batch planned by PlanNext(): one buffer per column
   // (rows x row_bytes), plus each row's global record index (its position in
   // the dataset, shards in manifest order) and record seed
-  // HashWords(seed, kStreamRecordSeed, {index}). Blocks until decoded.
+  // HashWords(seed, kStreamRecordSeed, {index}); with an lc0 conversion,
+  // one buffer per lc0 output in `tensors`. Blocks until decoded. A record
+  // the conversion refused fails the batch that holds it (naming its shard
+  // and row); the batch is consumed all the same.
   arrow::Status FillNext(const BatchPlan& plan, const std::vector<uint8_t*>& buffers, int64_t* record_index,
-                         uint64_t* record_seed);
+                         uint64_t* record_seed, const std::vector<uint8_t*>& tensors = {});
   // The next batch planned by PlanNext() without copying: views into the
   // arranged rows of its window (record seeds into record_seed), or, if its
   // rows span two windows, an empty view and nothing consumed (use FillNext).
@@ -79,6 +85,8 @@ class ShardReader {
   explicit ShardReader(ReaderOptions options);
   arrow::Status Init();
   void RecordSeeds(const int64_t* record_index, int64_t rows, uint64_t* record_seed) const;
+  // OK, or the error of the first record in epoch positions [first, last] the lc0 conversion refused.
+  arrow::Status ConvertedThrough(const WindowSlot& slot, int64_t first, int64_t last) const;
   // The first epoch position of this rank's slice.
   int64_t RankStart() const {
     return options_.slice_begin >= 0 ? options_.slice_begin : options_.shard_index * rank_rows_;
@@ -88,6 +96,7 @@ class ShardReader {
   std::shared_ptr<const DatasetLayout> layout_;
   std::vector<ColumnSpec> columns_;
   int64_t rank_rows_ = 0;
+  std::shared_ptr<const Lc0Conversion> lc0_;
   std::unique_ptr<WindowPrefetcher> prefetcher_;
 
   // Consumer state (the checkpoint).

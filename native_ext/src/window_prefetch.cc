@@ -51,7 +51,8 @@ bool WindowSlot::ReadyThrough(int64_t first, int64_t last) const {
 }
 
 WindowPrefetcher::WindowPrefetcher(const ReaderOptions& options, std::shared_ptr<const DatasetLayout> layout,
-                                   std::unique_ptr<ShardGroups> groups, int64_t rank_start, int64_t rank_end)
+                                   std::unique_ptr<ShardGroups> groups, int64_t rank_start, int64_t rank_end,
+                                   std::shared_ptr<const Lc0Conversion> lc0)
     : num_epochs_(options.num_epochs),
       seed_(options.seed),
       shuffle_(options.shuffle),
@@ -61,7 +62,8 @@ WindowPrefetcher::WindowPrefetcher(const ReaderOptions& options, std::shared_ptr
       layout_(std::move(layout)),
       groups_(std::move(groups)),
       rank_start_(rank_start),
-      rank_end_(rank_end) {
+      rank_end_(rank_end),
+      lc0_(std::move(lc0)) {
   for (const auto& column : groups_->columns()) row_bytes_ += column.row_bytes;
 }
 
@@ -130,6 +132,10 @@ void WindowPrefetcher::ScheduleLocked() {
     slot->part_done.assign(static_cast<size_t>(slot->parts), 0);
     for (const auto& column : groups_->columns()) slot->arranged.push_back(TakeWindowBuffer(rows * column.row_bytes));
     slot->arranged_index = TakeWindowBuffer(rows * static_cast<int64_t>(sizeof(int64_t)));
+    if (lc0_) {
+      for (const auto& output : lc0_->outputs) slot->tensors.push_back(TakeWindowBuffer(rows * output.row_bytes));
+      slot->part_errors.resize(static_cast<size_t>(slot->parts));
+    }
     slot->decode_pending = groups;
     slot->arrange_pending = slot->parts;
     for (int64_t i = 0; i < groups; ++i) tasks_.push_back({slot, false, i});
@@ -196,12 +202,15 @@ void WindowPrefetcher::WorkerLoop() {
 
 void WindowPrefetcher::RunArrange(const Task& task) {
   WindowSlot& slot = *task.slot;
+  std::vector<Lc0RecordError> errors;
   const arrow::Status arranged = StatusOfCall([&] {  // the decoded groups are immutable by now
-    ArrangePart(slot, task.index);
+    if (!ScatterRows()) ArrangePart(slot, task.index);  // scattered rows are in place already
+    if (lc0_) ConvertPart(slot, task.index, &errors);
     return arrow::Status::OK();
   });
   std::lock_guard<std::mutex> lock(mutex_);
   if (!arranged.ok() && slot.status.ok()) slot.status = arranged;
+  if (lc0_) slot.part_errors[static_cast<size_t>(task.index)] = std::move(errors);
   slot.part_done[static_cast<size_t>(task.index)] = 1;
   if (--slot.arrange_pending == 0) slot.groups.clear();
   group_done_.notify_all();
@@ -229,12 +238,13 @@ void WindowPrefetcher::RunDecode(const Task& task, ShardGroups::Handles* handles
       slot.groups[task.index] = std::move(decoded);
     }
     if (--slot.decode_pending == 0) {
-      if (slot.status.ok() && ScatterRows()) {
+      if (slot.status.ok() && ScatterRows() && !lc0_) {
         std::fill(slot.part_done.begin(), slot.part_done.end(), 1);  // every row is in place
         slot.arrange_pending = 0;
       } else if (slot.status.ok()) {
         // Ahead of the decoding of later windows, part 0 first: the
-        // consumer waits for this window (first batch, restore).
+        // consumer waits for this window (first batch, restore). Scattered
+        // rows with an lc0 conversion: these tasks only convert.
         for (int64_t part = slot.parts - 1; part >= 0; --part) tasks_.push_front({task.slot, true, part});
         schedule_arrange = slot.parts > 0;
       } else {
@@ -260,6 +270,17 @@ void WindowPrefetcher::ArrangePart(WindowSlot& slot, int64_t part) const {
   std::vector<uint8_t*> dest;
   for (size_t c = 0; c < columns.size(); ++c) dest.push_back(slot.arranged[c].data() + begin * columns[c].row_bytes);
   GatherRows(slot.groups, columns, locations.data(), end - begin, dest);
+}
+
+void WindowPrefetcher::ConvertPart(WindowSlot& slot, int64_t part, std::vector<Lc0RecordError>* errors) const {
+  const int64_t begin = slot.PartBegin(part);
+  const int64_t end = slot.PartBegin(part + 1);
+  std::vector<uint8_t*> buffers;
+  for (auto& buffer : slot.tensors) buffers.push_back(buffer.data());
+  const Lc0Tensors out = Lc0TensorsAt(lc0_->outputs, buffers, begin);
+  const uint8_t* records = slot.arranged[lc0_->column].data() + begin * lc0_->record_bytes;
+  ConvertLc0Records(records, end - begin, lc0_->record_bytes, lc0_->convention, lc0_->encoding, out, errors);
+  for (auto& error : *errors) error.row += begin;
 }
 
 arrow::Status WindowPrefetcher::ScatterGroup(const WindowSlot& slot, int64_t index,

@@ -582,6 +582,15 @@ std::vector<uint8_t> V6Record(uint32_t input_format, uint8_t stm_or_ep, uint8_t 
   return r;
 }
 
+// The first error of a conversion ("" if none) and its row.
+std::string Convert(const uint8_t* records, int64_t rows, shardmill::Lc0Convention convention,
+                    shardmill::PlaneEncoding encoding, const shardmill::Lc0Tensors& out, int64_t* bad) {
+  std::vector<shardmill::Lc0RecordError> errors;
+  shardmill::ConvertLc0Records(records, rows, 8356, convention, encoding, out, &errors);
+  *bad = errors.empty() ? -1 : errors.front().row;
+  return errors.empty() ? "" : errors.front().what;
+}
+
 TEST(Lc0TensorsFollowTheLoaderAndTheChunkparser) {
   using shardmill::Lc0Convention;
   using shardmill::PlaneEncoding;
@@ -590,7 +599,7 @@ TEST(Lc0TensorsFollowTheLoaderAndTheChunkparser) {
   shardmill::Lc0Tensors out;
   out.planes = planes.data(), out.policy = policy.data(), out.values = values.data();
   int64_t bad = -1;
-  CHECK(shardmill::ConvertLc0Records(record.data(), 1, 8356, Lc0Convention::kLoader, PlaneEncoding::kFloat32, out,
+  CHECK(Convert(record.data(), 1, Lc0Convention::kLoader, PlaneEncoding::kFloat32, out,
                                      &bad).empty());
   for (int s = 0; s < 64; ++s) CHECK(planes[s] == (s >= 8 && s < 16 ? 1.0f : 0.0f));
   for (int s = 0; s < 64; ++s) CHECK(planes[5 * 64 + s] == (s == 4 ? 1.0f : 0.0f));
@@ -600,7 +609,7 @@ TEST(Lc0TensorsFollowTheLoaderAndTheChunkparser) {
   CHECK(policy[7] == 0.5f);
 
   out.values = nullptr, out.wdl = wdl.data(), out.best_wdl = best.data(), out.plies_left = plies.data();
-  CHECK(shardmill::ConvertLc0Records(record.data(), 1, 8356, Lc0Convention::kChunkparser, PlaneEncoding::kFloat32,
+  CHECK(Convert(record.data(), 1, Lc0Convention::kChunkparser, PlaneEncoding::kFloat32,
                                      out, &bad).empty());
   CHECK(planes[104 * 64 + 0] == 1.0f && planes[104 * 64 + 1] == 0.0f);  // us_ooo bit 0: a1
   CHECK(planes[105 * 64 + 7] == 1.0f);                                   // us_oo bit 7: h1
@@ -612,17 +621,17 @@ TEST(Lc0TensorsFollowTheLoaderAndTheChunkparser) {
   std::vector<uint16_t> halves(112 * 64);
   std::vector<float> scale(112);
   out.planes = halves.data();
-  CHECK(shardmill::ConvertLc0Records(record.data(), 1, 8356, Lc0Convention::kChunkparser, PlaneEncoding::kFloat16,
+  CHECK(Convert(record.data(), 1, Lc0Convention::kChunkparser, PlaneEncoding::kFloat16,
                                      out, &bad).empty());
   CHECK(halves[8] == 0x3C00 && halves[0] == 0 && halves[109 * 64] == 0x3C00);
   auto rule50 = V6Record(4, 0, 50);  // 50 / 100 = 0.5: 0x3800
-  CHECK(shardmill::ConvertLc0Records(rule50.data(), 1, 8356, Lc0Convention::kChunkparser, PlaneEncoding::kFloat16,
+  CHECK(Convert(rule50.data(), 1, Lc0Convention::kChunkparser, PlaneEncoding::kFloat16,
                                      out, &bad).empty());
   CHECK(halves[109 * 64] == 0x3800);
 
   std::vector<uint8_t> packed(112 * 8);
   out.planes = packed.data(), out.planes_scale = scale.data(), out.values = values.data();
-  CHECK(shardmill::ConvertLc0Records(record.data(), 1, 8356, Lc0Convention::kLoader, PlaneEncoding::kPacked, out,
+  CHECK(Convert(record.data(), 1, Lc0Convention::kLoader, PlaneEncoding::kPacked, out,
                                      &bad).empty());
   CHECK(packed[1] == 0xFF && packed[0] == 0 && packed[5 * 8] == 0x08);  // numpy packbits order: the stored bytes
   CHECK(scale[105] == 128.0f && packed[105 * 8] == 0xFF);
@@ -630,9 +639,16 @@ TEST(Lc0TensorsFollowTheLoaderAndTheChunkparser) {
   auto bad_format = V6Record(9, 0, 0);
   std::vector<uint8_t> two(bad_format);
   two.insert(two.begin(), record.begin(), record.end());
-  const std::string error = shardmill::ConvertLc0Records(two.data(), 2, 8356, Lc0Convention::kChunkparser,
-                                                         PlaneEncoding::kPacked, out, &bad);
+  std::vector<uint8_t> packed_two(2 * 112 * 8, 0xAA);
+  std::vector<float> scale_two(2 * 112), wdl_two(6), best_two(6), plies_two(2);
+  shardmill::Lc0Tensors out_two;
+  out_two.planes = packed_two.data(), out_two.planes_scale = scale_two.data();
+  out_two.wdl = wdl_two.data(), out_two.best_wdl = best_two.data(), out_two.plies_left = plies_two.data();
+  const std::string error = Convert(two.data(), 2, Lc0Convention::kChunkparser, PlaneEncoding::kPacked, out_two,
+                                    &bad);
   CHECK(bad == 1 && error.find("input format 9") != std::string::npos);
+  CHECK(packed_two[1] == 0xFF);  // the good record before it is converted
+  CHECK(std::all_of(packed_two.begin() + 112 * 8, packed_two.end(), [](uint8_t b) { return b == 0; }));  // zeros
 }
 
 int main() {
