@@ -321,3 +321,52 @@ def test_the_torch_adapter_passes_the_tensors_through(tmp_path):
     np.testing.assert_array_equal(bits, ref.encoded_planes(expected["planes"][rows], "bfloat16"))
     np.testing.assert_array_equal(batch["planes"][:, :104].float().numpy(), expected["planes"][rows, :104])
     np.testing.assert_array_equal(batch["values"].numpy(), expected["values"][rows])
+
+
+def _rank(files: int, rank: int) -> np.ndarray:
+    """An (8, 8) plane with bit j of `files` set on file j of `rank`."""
+    plane = np.zeros((8, 8), np.float32)
+    plane[rank] = [(files >> j) & 1 for j in range(8)]
+    return plane
+
+
+@pytest.mark.parametrize("input_format", [1, 2, 3, 4, 5, 132, 133])
+@pytest.mark.parametrize("rule50", [0, 99])
+def test_the_eight_extra_planes_of_every_input_format(input_format, rule50):
+    small = input_format <= 2
+    castling = (1, 0, 1, 0) if small else (0x01, 0x80, 0x00, 0x01)
+    stm_or_ep = 1 if small else 1 << 2  # black to move / en passant on file c
+    record = v6_record(input_format=input_format, castling=castling, stm_or_ep=stm_or_ep, rule50=rule50,
+                       invariance=128)
+    ones, zeros = np.ones((8, 8), np.float32), np.zeros((8, 8), np.float32)
+    loader = convert(record, "loader")["planes"][0]
+    expected_loader = [c * ones for c in castling] + [stm_or_ep * ones, np.float32(rule50) / np.float32(99) * ones,
+                                                      zeros, ones]
+    np.testing.assert_array_equal(loader[104:], np.stack(expected_loader))
+    chunk = convert(record, "chunkparser")["planes"][0]
+    us_ooo, us_oo, them_ooo, them_oo = castling
+    if input_format == 1:
+        middle = [us_ooo * ones, us_oo * ones, them_ooo * ones, them_oo * ones, stm_or_ep * ones]
+    else:
+        middle = [_rank(us_ooo, 0) + _rank(them_ooo, 7), _rank(us_oo, 0) + _rank(them_oo, 7), zeros, zeros,
+                  stm_or_ep * ones if input_format == 2 else _rank(stm_or_ep, 7)]
+    divisor = 100.0 if input_format > 3 else 99.0
+    aux = ones if input_format in (132, 133) else zeros  # invariance_info 128 sets it in 132/133 only
+    expected_chunk = middle + [np.float32(rule50 / divisor) * ones, aux, ones]
+    np.testing.assert_array_equal(chunk[104:], np.stack(expected_chunk))
+    np.testing.assert_array_equal(chunk[:104], loader[:104])  # the bitboards are the same in both
+
+
+@needs_fixtures
+def test_the_grain_adapter_passes_the_tensors_through(tmp_path):
+    pytest.importorskip("grain")
+    from shardmill.native_ext.grain_dataset import ShardIterDataset
+
+    records = fixture_output(tmp_path, "frames_v6_2.bin.gz")
+    expected = ref.chunkparser(records)
+    iterator = iter(ShardIterDataset(str(tmp_path), batch_size=50, seed=1, lc0_tensors="chunkparser",
+                                     planes="uint8"))
+    batch = next(iterator)
+    rows = batch["record_index"]
+    np.testing.assert_array_equal(ref.decoded_planes(batch, "uint8"), expected["planes"][rows])
+    np.testing.assert_array_equal(batch["wdl"], expected["wdl"][rows])
