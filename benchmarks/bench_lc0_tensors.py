@@ -10,7 +10,10 @@ and rotating the order each round, reads it whole in 256-record batches:
   plane encodings (the conversion in C++, GIL released, num_threads threads);
 - reader + numpy: the reader's frames converted by the numpy statement of
   the loader convention in tests/reference_lc0_tensors.py (float16 planes);
-- kernel: the conversion alone on in-memory batches (no reader), 1 and 2 threads.
+- kernel: the conversion alone on in-memory batches (no reader), 1 and 2 threads;
+- with a 1 ms training step per batch (a sleep: an accelerator's step leaves
+  the CPU free), the reader alone and with the conversion: what the training
+  loop sees when the reader's threads can work during the step.
 
 Prints one JSON object: median positions/s per variant and its ratio to the
 reader alone.
@@ -42,11 +45,13 @@ BATCH = 256
 WIDTH = 8356
 
 
-def read_all(directory: str, **kwargs) -> int:
+def read_all(directory: str, step_seconds: float = 0.0, **kwargs) -> int:
     rows = 0
     with ShardReader(directory, batch_size=BATCH, seed=1, num_threads=2, **kwargs) as reader:
         for batch in reader:
             rows += len(batch["record_index"])
+            if step_seconds:
+                time.sleep(step_seconds)  # a training step on an accelerator: the CPU is free meanwhile
     return rows
 
 
@@ -81,6 +86,9 @@ def main():
         "reader+loader packed": lambda: read_all(directory, lc0_tensors="loader", planes="packed"),
         "reader+chunkparser float16": lambda: read_all(directory, lc0_tensors="chunkparser", planes="float16"),
         "reader+numpy loader float16": lambda: read_with_numpy(directory),
+        "reader, 1 ms step per batch": lambda: read_all(directory, 0.001),
+        "reader+loader float16, 1 ms step per batch": lambda: read_all(directory, 0.001, lc0_tensors="loader",
+                                                                       planes="float16"),
         "kernel loader float16, 1 thread": lambda: kernel(frames, "float16", 1),
         "kernel loader float16, 2 threads": lambda: kernel(frames, "float16", 2),
         "kernel loader packed, 1 thread": lambda: kernel(frames, "packed", 1),
