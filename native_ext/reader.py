@@ -86,7 +86,8 @@ class ShardReader:
         `plies_left` (batch,) (chunkparser). See the README's "lc0 training
         tensors" for both conventions. A record a convention can't convert
         makes its batch an OutputError naming its shard and row (the next
-        call serves the next batch).
+        call serves the next batch). Memory: each window in flight keeps its
+        tensors too (float16 planes: 14.3 kB a position).
       planes: the planes' encoding: "float32", "float16", "bfloat16" (its
         bits as uint16), "uint8" (1 where nonzero) or "packed" (batch, 112, 8
         bytes, numpy packbits order); the last two come with `planes_scale`
