@@ -1,6 +1,7 @@
 """Event sources for label sampling: three formats, every malformed row dead-lettered with its line."""
 
 import pyarrow as pa
+import pytest
 import pyarrow.parquet as pq
 
 from shardmill.transforms.event_sources import EventReadOptions, read_events
@@ -252,3 +253,36 @@ def test_partitions_are_named_by_their_path_below_the_inputs_root(tmp_path):
     names = [split_file(f"{logs}/{day}/part-0.csv", 10, 1 << 20, root=logs + "/")[0].name
              for day in ("2026-11-01", "2026-11-02")]
     assert names == ["2026-11-01/part-0.csv", "2026-11-02/part-0.csv"]
+
+
+@pytest.mark.parametrize("block", [1, 7, 64, 1000])
+def test_splitting_scans_in_blocks_with_the_same_cuts_as_one_pass(tmp_path, monkeypatch, block):
+    from shardmill.transforms import event_sources
+
+    path = tmp_path / "quoted.csv"
+    path.write_text(_quoted_csv(300))
+    size = path.stat().st_size
+    whole = split_file(str(path), size, 700, opener=local_open)
+    monkeypatch.setattr(event_sources, "SCAN_BLOCK_BYTES", block)
+    assert split_file(str(path), size, 700, opener=local_open) == whole and len(whole) > 5
+    stray = tmp_path / "stray.csv"
+    stray.write_text("id,note,clicked\n" + "".join(f'{i},"a"b,{i % 2}\n' for i in range(200)))  # b after a close
+    (only,) = split_file(str(stray), stray.stat().st_size, 500, opener=local_open)
+    assert only.not_split.startswith("line 2: a quote inside an unquoted field (byte 20)")
+
+
+def test_splitting_never_holds_more_than_a_block_of_the_file(tmp_path, monkeypatch):
+    from shardmill.transforms import event_sources
+
+    path = tmp_path / "big.csv"
+    path.write_text(_quoted_csv(2000))
+    reads = []
+
+    class Recording(io.FileIO):
+        def read(self, size=-1):
+            reads.append(size)
+            return super().read(size)
+
+    monkeypatch.setattr(event_sources, "SCAN_BLOCK_BYTES", 4096)
+    ranges = split_file(str(path), path.stat().st_size, 10_000, opener=lambda p: Recording(p, "rb"))
+    assert len(ranges) > 4 and reads and all(0 < size <= 4096 for size in reads)

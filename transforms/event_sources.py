@@ -161,32 +161,112 @@ def relative_name(path: str, root: str) -> str:
 # ---- splitting text at record boundaries -----------------------------------------
 
 
-def record_ends(data: bytes, fmt: str) -> tuple[np.ndarray, str]:
-    """(offsets just past each newline that ends a record, "") or (empty, why no boundary can be trusted).
+SCAN_BLOCK_BYTES = 64 << 20  # a large text file is scanned for record ends this much at a time
+
+
+class RecordEndScanner:
+    """Finds the newlines that end records, block by block (memory: one block, not the file).
 
     JSON lines: every newline (a JSON value holds no raw newline). CSV/TSV: a
     newline ends a record when an even number of quotes precede it, which is
-    Arrow's parse only if every quote opens a field or closes one (a doubled
-    quote inside a quoted field is a close and a reopen); a file with a quote
-    anywhere else is not split.
+    Arrow's parse only if every quote opens a field (after a delimiter, a
+    line end, the file's start, or a closing quote: a doubled quote) or
+    closes one (before a delimiter, a line end, the file's end, or a quote);
+    a file with a quote anywhere else can't be split (`why` says where).
     """
-    buf = np.frombuffer(data, np.uint8)
-    newlines = np.flatnonzero(buf == _NEWLINE)
-    quotes = np.flatnonzero(buf == _QUOTE) if fmt in ("csv", "tsv") else np.zeros(0, np.int64)
-    if len(quotes):
-        delimiter = ord("," if fmt == "csv" else "\t")
-        fences = np.array([delimiter, _NEWLINE, _CR, _QUOTE], np.uint8)
-        opening, closing = quotes[0::2], quotes[1::2]
-        opens_ok = (opening == 0) | np.isin(buf[np.maximum(opening - 1, 0)], fences)
-        after = np.minimum(closing + 1, len(buf) - 1)
-        closes_ok = (closing + 1 == len(buf)) | np.isin(buf[after], fences)
-        bad = np.concatenate([opening[~opens_ok], closing[~closes_ok]])
-        if len(bad):
-            at = int(bad.min())
-            line = 1 + int(np.searchsorted(newlines, at))
-            return np.zeros(0, np.int64), f"line {line}: a quote inside an unquoted field (byte {at})"
-        newlines = newlines[np.searchsorted(quotes, newlines) % 2 == 0]
-    return newlines + 1, ""
+
+    def __init__(self, fmt: str):
+        self._quoted = fmt in ("csv", "tsv")
+        self._fences = np.array([ord("," if fmt == "csv" else "\t"), _NEWLINE, _CR, _QUOTE], np.uint8)
+        self.offset = 0  # bytes scanned
+        self.lines = 0  # newlines scanned
+        self.why = ""
+        self._parity = 0  # quotes scanned, mod 2
+        self._last_byte = _NEWLINE  # the byte before the block (the file's start counts as a line end)
+        self._close_at_end = -1  # a closing quote ending the last block, whose next byte is still to see
+
+    def feed(self, data: bytes) -> tuple[np.ndarray, np.ndarray]:
+        """(absolute offsets just past the record-ending newlines of this block, all its newlines' offsets)."""
+        buf = np.frombuffer(data, np.uint8)
+        newlines = np.flatnonzero(buf == _NEWLINE)
+        ends = newlines
+        if self._quoted and not self.why:
+            if self._close_at_end >= 0 and len(buf) and buf[0] not in self._fences:
+                self._fail(self._close_at_end, newlines, data_offset=self._close_at_end)
+            self._close_at_end = -1
+            quotes = np.flatnonzero(buf == _QUOTE)
+            if len(quotes) and not self.why:
+                opening = quotes[self._parity :: 2]
+                closing = quotes[1 - self._parity :: 2]
+                before = np.where(opening > 0, buf[np.maximum(opening - 1, 0)], self._last_byte)
+                after_last = closing + 1 == len(buf)
+                after = buf[np.minimum(closing + 1, len(buf) - 1)]
+                bad = np.concatenate([opening[~np.isin(before, self._fences)],
+                                      closing[~after_last & ~np.isin(after, self._fences)]])
+                if len(bad):
+                    self._fail(self.offset + int(bad.min()), newlines)
+                elif len(closing) and after_last[-1]:
+                    self._close_at_end = self.offset + int(closing[-1])
+            if not self.why:
+                outside = (self._parity + np.searchsorted(quotes, newlines)) % 2 == 0
+                ends = newlines[outside]
+                self._parity = (self._parity + len(quotes)) % 2
+        if len(buf):
+            self._last_byte = int(buf[-1])
+        absolute_newlines = newlines + self.offset
+        result = (ends + 1 + self.offset) if not self.why else np.zeros(0, np.int64)
+        self.offset += len(buf)
+        self.lines += len(newlines)
+        return result, absolute_newlines
+
+    def _fail(self, at: int, newlines: np.ndarray, data_offset: int | None = None) -> None:
+        line = 1 + self.lines + (int(np.searchsorted(newlines + self.offset, at)) if data_offset is None else 0)
+        self.why = f"line {line}: a quote inside an unquoted field (byte {at})"
+
+
+def record_ends(data: bytes, fmt: str) -> tuple[np.ndarray, str]:
+    """(offsets just past each newline that ends a record, "") or (empty, why no boundary can be trusted)."""
+    scanner = RecordEndScanner(fmt)
+    ends, _ = scanner.feed(data)
+    return (np.zeros(0, np.int64), scanner.why) if scanner.why else (ends, "")
+
+
+def _text_ranges(path: str, f, size: int, fmt: str, max_bytes: int, relative: str) -> list[EventRange]:
+    """Record-aligned byte ranges of about max_bytes, the file scanned once in blocks."""
+    scanner = RecordEndScanner(fmt)
+    cuts, first_lines, nominal, header_end = [0], [1], max_bytes, -1
+    done = False
+    while not done:
+        block = f.read(SCAN_BLOCK_BYTES)
+        if not block:
+            break
+        ends, newlines = scanner.feed(block)
+        if scanner.why:
+            return [EventRange(path, relative=relative, not_split=scanner.why)]
+        if header_end < 0 and len(ends):
+            header_end = int(ends[0])
+        while True:  # the first record end at or after each nominal cut, never the file's end
+            at = int(np.searchsorted(ends, max(nominal, cuts[-1] + 1)))
+            if at >= len(ends):
+                break
+            if ends[at] >= size:
+                done = True
+                break
+            cuts.append(int(ends[at]))
+            first_lines.append(1 + scanner.lines - len(newlines) + int(np.searchsorted(newlines, ends[at] - 1)) + 1)
+            nominal += max_bytes
+            while nominal <= cuts[-1]:
+                nominal += max_bytes
+    if not done:
+        while f.read(SCAN_BLOCK_BYTES):  # the rest is checked for stray quotes too
+            pass
+    if scanner.why:
+        return [EventRange(path, relative=relative, not_split=scanner.why)]
+    cuts.append(size)
+    header_end = header_end if header_end >= 0 else size
+    return [EventRange(path, i, len(cuts) - 1, start=a, end=b, first_line=line, header_end=header_end,
+                       relative=relative)
+            for i, (a, b, line) in enumerate(zip(cuts[:-1], cuts[1:], first_lines))]
 
 
 def split_file(path: str, size: int, max_bytes: int, opener=None, root: str = "") -> list[EventRange]:
@@ -203,34 +283,20 @@ def split_file(path: str, size: int, max_bytes: int, opener=None, root: str = ""
     try:
         fmt = format_of(path)
         with (opener or default_opener)(path) as f:
-            if fmt == "parquet":
-                metadata = pq.ParquetFile(f).metadata
-                cuts, acc = [0], 0
-                for g in range(metadata.num_row_groups):
-                    acc += metadata.row_group(g).total_byte_size
-                    if acc >= max_bytes and g + 1 < metadata.num_row_groups:
-                        cuts.append(g + 1)
-                        acc = 0
-                cuts.append(metadata.num_row_groups)
-                return [EventRange(path, i, len(cuts) - 1, first_group=a, end_group=b, relative=relative)
-                        for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]
-            data = f.read()
+            if fmt != "parquet":
+                return _text_ranges(path, f, size, fmt, max_bytes, relative)
+            metadata = pq.ParquetFile(f).metadata
+            cuts, acc = [0], 0
+            for g in range(metadata.num_row_groups):
+                acc += metadata.row_group(g).total_byte_size
+                if acc >= max_bytes and g + 1 < metadata.num_row_groups:
+                    cuts.append(g + 1)
+                    acc = 0
+            cuts.append(metadata.num_row_groups)
+            return [EventRange(path, i, len(cuts) - 1, first_group=a, end_group=b, relative=relative)
+                    for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]
     except (OSError, ValueError, pa.ArrowException):
         return whole  # reading it whole reports what is wrong
-    ends, why = record_ends(data, fmt)
-    if why:
-        return [EventRange(path, relative=relative, not_split=why)]
-    cuts = [0]
-    for nominal in range(max_bytes, len(data), max_bytes):
-        at = int(np.searchsorted(ends, max(nominal, cuts[-1] + 1)))
-        if at >= len(ends) or ends[at] >= len(data):
-            break
-        cuts.append(int(ends[at]))
-    cuts.append(len(data))
-    header_end = int(ends[0]) if len(ends) else len(data)
-    return [EventRange(path, i, len(cuts) - 1, start=a, end=b, first_line=1 + data.count(b"\n", 0, a),
-                       header_end=header_end, relative=relative)
-            for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]
 
 
 # ---- reading ------------------------------------------------------------------
