@@ -286,3 +286,13 @@ def test_splitting_never_holds_more_than_a_block_of_the_file(tmp_path, monkeypat
     monkeypatch.setattr(event_sources, "SCAN_BLOCK_BYTES", 4096)
     ranges = split_file(str(path), path.stat().st_size, 10_000, opener=lambda p: Recording(p, "rb"))
     assert len(ranges) > 4 and reads and all(0 < size <= 4096 for size in reads)
+
+
+def test_json_lines_end_only_at_newlines_not_at_unicode_line_separators(tmp_path):
+    path = tmp_path / "separators.jsonl"
+    rows = ['{"id": 1, "note": "a\u2028b\u0085c", "clicked": 1}', '{"id": 2, "clicked": null}', "{broken",
+            '{"id": 3, "note": "\u2029", "clicked": 0}']
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    part = read(path)
+    assert part.table["id"].to_pylist() == [1, 3] and part.table["note"].to_pylist()[0] == "a\u2028b\u0085c"
+    assert sorted(d.member for d in part.dead_letters) == ["line 2", "line 3"]

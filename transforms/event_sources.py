@@ -327,7 +327,9 @@ class _TextLines:
         if self._starts is None:
             decoded = self._text.decode("utf-8", errors="replace")
             if self._fmt == "jsonl":
-                self._starts = [n for n, line in enumerate(decoded.splitlines(), start=1) if line.strip()]
+                # Only "\n" ends a line (str.splitlines would also cut at U+2028 and others, which a JSON
+                # string may hold raw).
+                self._starts = [n for n, line in enumerate(self._text.split(b"\n"), start=1) if line.strip()]
             else:
                 reader = csv.reader(io.StringIO(decoded, newline=""), delimiter="," if self._fmt == "csv" else "\t",
                                     quotechar='"', doublequote=True, strict=False)
@@ -392,9 +394,10 @@ def _read_jsonl(path: str, text: bytes, lines: _TextLines, dead: list[DeadLetter
     except pa.ArrowInvalid:
         pass  # find the bad lines one by one
     values, row_lines = [], []
-    for number, line in enumerate(text.decode("utf-8", errors="replace").splitlines(), start=1):
-        if not line.strip():
+    for number, raw in enumerate(text.split(b"\n"), start=1):  # only "\n" ends a line (not U+2028 and kin)
+        if not raw.strip():
             continue
+        line = raw.decode("utf-8", errors="replace")
         where = f"line {lines.file_line(number)}"
         try:
             value = json.loads(line)
