@@ -128,7 +128,7 @@ import json  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from shardmill.transforms.event_sources import common_root, record_ends  # noqa: E402
+from shardmill.transforms.event_sources import RecordEndScanner, common_root  # noqa: E402
 
 
 def _quoted_csv(rows: int) -> str:
@@ -167,9 +167,10 @@ def test_a_csv_with_a_stray_quote_is_read_whole_and_says_why(tmp_path):
 
 
 def test_record_ends_count_only_newlines_outside_quotes():
-    ends, why = record_ends(b'a,b\n1,"x\ny"\n2,"p""q\nr"\n3,z\n', "csv")
-    assert why == "" and ends.tolist() == [4, 12, 23, 27]
-    assert record_ends(b'{"a": "x\\ny"}\n{"a": 1}\n', "jsonl")[0].tolist() == [14, 23]
+    csv_scanner, json_scanner = RecordEndScanner("csv"), RecordEndScanner("jsonl")
+    ends, _ = csv_scanner.feed(b'a,b\n1,"x\ny"\n2,"p""q\nr"\n3,z\n')
+    assert csv_scanner.why == "" and ends.tolist() == [4, 12, 23, 27]
+    assert json_scanner.feed(b'{"a": "x\\ny"}\n{"a": 1}\n')[0].tolist() == [14, 23]
 
 
 def test_headerless_tsv_in_the_article_layout_reads_every_line(tmp_path):

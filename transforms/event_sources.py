@@ -30,6 +30,7 @@ import csv
 import dataclasses
 import io
 import json
+import os
 import posixpath
 
 import numpy as np
@@ -44,6 +45,10 @@ from shardmill.transforms.discovery import GLOB_CHARS
 
 FORMATS = ("parquet", "csv", "tsv", "jsonl")
 _NEWLINE, _CR, _QUOTE = 10, 13, 34
+
+
+def _delimiter(fmt: str) -> str:
+    return "," if fmt == "csv" else "\t"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,8 +138,6 @@ def input_root(item: str) -> str:
         if any(c in part for c in GLOB_CHARS):
             return prefix + "/".join(parts[:i]) or "/"
     if not sep:
-        import os
-
         return item if os.path.isdir(item) else posixpath.dirname(item)
     return item.rstrip("/") if item.endswith("/") else posixpath.dirname(item)
 
@@ -177,7 +180,7 @@ class RecordEndScanner:
 
     def __init__(self, fmt: str):
         self._quoted = fmt in ("csv", "tsv")
-        self._fences = np.array([ord("," if fmt == "csv" else "\t"), _NEWLINE, _CR, _QUOTE], np.uint8)
+        self._fences = np.array([ord(_delimiter(fmt)), _NEWLINE, _CR, _QUOTE], np.uint8)
         self.offset = 0  # bytes scanned
         self.lines = 0  # newlines scanned
         self.why = ""
@@ -192,7 +195,7 @@ class RecordEndScanner:
         ends = newlines
         if self._quoted and not self.why:
             if self._close_at_end >= 0 and len(buf) and buf[0] not in self._fences:
-                self._fail(self._close_at_end, newlines, data_offset=self._close_at_end)
+                self._fail(self._close_at_end, 1 + self.lines)  # the quote ended the previous block
             self._close_at_end = -1
             quotes = np.flatnonzero(buf == _QUOTE)
             if len(quotes) and not self.why:
@@ -204,7 +207,8 @@ class RecordEndScanner:
                 bad = np.concatenate([opening[~np.isin(before, self._fences)],
                                       closing[~after_last & ~np.isin(after, self._fences)]])
                 if len(bad):
-                    self._fail(self.offset + int(bad.min()), newlines)
+                    at = int(bad.min())
+                    self._fail(self.offset + at, 1 + self.lines + int(np.searchsorted(newlines, at)))
                 elif len(closing) and after_last[-1]:
                     self._close_at_end = self.offset + int(closing[-1])
             if not self.why:
@@ -219,27 +223,15 @@ class RecordEndScanner:
         self.lines += len(newlines)
         return result, absolute_newlines
 
-    def _fail(self, at: int, newlines: np.ndarray, data_offset: int | None = None) -> None:
-        line = 1 + self.lines + (int(np.searchsorted(newlines + self.offset, at)) if data_offset is None else 0)
+    def _fail(self, at: int, line: int) -> None:
         self.why = f"line {line}: a quote inside an unquoted field (byte {at})"
-
-
-def record_ends(data: bytes, fmt: str) -> tuple[np.ndarray, str]:
-    """(offsets just past each newline that ends a record, "") or (empty, why no boundary can be trusted)."""
-    scanner = RecordEndScanner(fmt)
-    ends, _ = scanner.feed(data)
-    return (np.zeros(0, np.int64), scanner.why) if scanner.why else (ends, "")
 
 
 def _text_ranges(path: str, f, size: int, fmt: str, max_bytes: int, relative: str) -> list[EventRange]:
     """Record-aligned byte ranges of about max_bytes, the file scanned once in blocks."""
     scanner = RecordEndScanner(fmt)
     cuts, first_lines, nominal, header_end = [0], [1], max_bytes, -1
-    done = False
-    while not done:
-        block = f.read(SCAN_BLOCK_BYTES)
-        if not block:
-            break
+    while block := f.read(SCAN_BLOCK_BYTES):
         ends, newlines = scanner.feed(block)
         if scanner.why:
             return [EventRange(path, relative=relative, not_split=scanner.why)]
@@ -247,21 +239,14 @@ def _text_ranges(path: str, f, size: int, fmt: str, max_bytes: int, relative: st
             header_end = int(ends[0])
         while True:  # the first record end at or after each nominal cut, never the file's end
             at = int(np.searchsorted(ends, max(nominal, cuts[-1] + 1)))
-            if at >= len(ends):
-                break
-            if ends[at] >= size:
-                done = True
+            if at >= len(ends) or ends[at] >= size:
                 break
             cuts.append(int(ends[at]))
-            first_lines.append(1 + scanner.lines - len(newlines) + int(np.searchsorted(newlines, ends[at] - 1)) + 1)
+            # The range starts after every newline before its first byte.
+            first_lines.append(1 + scanner.lines - len(newlines) + int(np.searchsorted(newlines, ends[at])))
             nominal += max_bytes
             while nominal <= cuts[-1]:
                 nominal += max_bytes
-    if not done:
-        while f.read(SCAN_BLOCK_BYTES):  # the rest is checked for stray quotes too
-            pass
-    if scanner.why:
-        return [EventRange(path, relative=relative, not_split=scanner.why)]
     cuts.append(size)
     header_end = header_end if header_end >= 0 else size
     return [EventRange(path, i, len(cuts) - 1, start=a, end=b, first_line=line, header_end=header_end,
@@ -325,14 +310,14 @@ class _TextLines:
     def record_starts(self) -> list[int]:
         """Text line of each record the parser counts (empty lines are not records)."""
         if self._starts is None:
-            decoded = self._text.decode("utf-8", errors="replace")
             if self._fmt == "jsonl":
                 # Only "\n" ends a line (str.splitlines would also cut at U+2028 and others, which a JSON
                 # string may hold raw).
                 self._starts = [n for n, line in enumerate(self._text.split(b"\n"), start=1) if line.strip()]
             else:
-                reader = csv.reader(io.StringIO(decoded, newline=""), delimiter="," if self._fmt == "csv" else "\t",
-                                    quotechar='"', doublequote=True, strict=False)
+                decoded = self._text.decode("utf-8", errors="replace")
+                reader = csv.reader(io.StringIO(decoded, newline=""), delimiter=_delimiter(self._fmt), quotechar='"',
+                                    doublequote=True, strict=False)
                 starts, consumed = [], 0
                 for row in reader:
                     if row:
@@ -365,7 +350,7 @@ def _read_csv(path: str, text: bytes, fmt: str, options: EventReadOptions, lines
     header = not options.column_names
     # Single-threaded parsing is what lets Arrow report the record number of a bad row.
     read = pacsv.ReadOptions(column_names=list(options.column_names) or None, use_threads=False)
-    parse = pacsv.ParseOptions(delimiter="," if fmt == "csv" else "\t", invalid_row_handler=on_invalid,
+    parse = pacsv.ParseOptions(delimiter=_delimiter(fmt), invalid_row_handler=on_invalid,
                                newlines_in_values=True)
     declared = options.declared_types()
     convert = pacsv.ConvertOptions(column_types=declared, include_columns=columns)
