@@ -219,6 +219,7 @@ class EventShardFormat(ShardFormat):
         rejected = {d["member"] for d in dead_letters if d["reason"] == "schema_conflict"}
         read = [p["partition"] for p in parts if "partition" in p]
         stats = [s for s in read if s["partition"] not in rejected]
+        records = sum(s["records"] for s in read)
         return {
             "label_sampling": _summary(stats, self._ratio, self._mode),
             "accounting": {
@@ -226,11 +227,10 @@ class EventShardFormat(ShardFormat):
                 "partitions_left_out": len(rejected),
                 "files_not_split": sorted(s["partition"] for s in read if "not_split" in s),
                 "files_skipped": skipped_files(parts),
-                "records_read": sum(s["records"] for s in read),
+                "records_read": records,
                 "records_written": sum(s["rows"] for s in shards),
                 "errors_by_reason": count_reasons(dead_letters),
-                "error_fraction": (len(dead_letters) / (sum(s["records"] for s in read) + len(dead_letters))
-                                   if read or dead_letters else 0.0),
+                "error_fraction": len(dead_letters) / (records + len(dead_letters)) if records or dead_letters else 0.0,
             },
         }
 
