@@ -348,19 +348,25 @@ Lc0Tensors Lc0TensorsAt(const std::vector<Lc0Output>& outputs, const std::vector
   return out;
 }
 
-bool ParseLc0Convention(const std::string& name, Lc0Convention* out) {
-  if (name == "loader") return *out = Lc0Convention::kLoader, true;
-  if (name == "chunkparser") return *out = Lc0Convention::kChunkparser, true;
-  return false;
-}
-
-bool ParsePlaneEncoding(const std::string& name, PlaneEncoding* out) {
-  if (name == "float32") return *out = PlaneEncoding::kFloat32, true;
-  if (name == "float16") return *out = PlaneEncoding::kFloat16, true;
-  if (name == "bfloat16") return *out = PlaneEncoding::kBfloat16, true;
-  if (name == "uint8") return *out = PlaneEncoding::kUint8, true;
-  if (name == "packed") return *out = PlaneEncoding::kPacked, true;
-  return false;
+std::string ParseLc0Options(const std::string& convention_name, const std::string& planes_name,
+                            Lc0Convention* convention, PlaneEncoding* encoding) {
+  if (convention_name == "loader") {
+    *convention = Lc0Convention::kLoader;
+  } else if (convention_name == "chunkparser") {
+    *convention = Lc0Convention::kChunkparser;
+  } else {
+    return "the lc0 convention must be loader or chunkparser, got '" + convention_name + "'";
+  }
+  const std::pair<const char*, PlaneEncoding> encodings[] = {
+      {"float32", PlaneEncoding::kFloat32}, {"float16", PlaneEncoding::kFloat16},
+      {"bfloat16", PlaneEncoding::kBfloat16}, {"uint8", PlaneEncoding::kUint8}, {"packed", PlaneEncoding::kPacked}};
+  for (const auto& [name, value] : encodings) {
+    if (planes_name == name) {
+      *encoding = value;
+      return "";
+    }
+  }
+  return "planes must be float32, float16, bfloat16, uint8 or packed, got '" + planes_name + "'";
 }
 
 void ConvertLc0Records(const uint8_t* records, int64_t rows, int64_t record_bytes, Lc0Convention convention,

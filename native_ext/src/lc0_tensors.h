@@ -69,9 +69,10 @@ std::vector<Lc0Output> Lc0Outputs(Lc0Convention convention, PlaneEncoding encodi
 // Lc0Tensors pointing at record `row` of buffers laid out as `outputs` (one per output, same order).
 Lc0Tensors Lc0TensorsAt(const std::vector<Lc0Output>& outputs, const std::vector<uint8_t*>& buffers, int64_t row);
 
-// Parses "loader"/"chunkparser" and "float32"/"float16"/"bfloat16"/"uint8"/"packed"; false if unknown.
-bool ParseLc0Convention(const std::string& name, Lc0Convention* out);
-bool ParsePlaneEncoding(const std::string& name, PlaneEncoding* out);
+// Parses a convention ("loader", "chunkparser") and a plane encoding ("float32", "float16", "bfloat16",
+// "uint8", "packed"); returns "" or what is wrong with them.
+std::string ParseLc0Options(const std::string& convention_name, const std::string& planes_name,
+                            Lc0Convention* convention, PlaneEncoding* encoding);
 
 struct Lc0RecordError {
   int64_t row;       // index among the converted records

@@ -139,13 +139,8 @@ py::tuple Lc0Tensors(py::array_t<uint8_t, py::array::c_style> frames, const std:
   if (frames.ndim() != 2) throw shardmill::NativeError("frames must be a (rows, record_bytes) uint8 array");
   shardmill::Lc0Convention convention;
   shardmill::PlaneEncoding encoding;
-  if (!shardmill::ParseLc0Convention(convention_name, &convention)) {
-    throw shardmill::NativeError("convention must be 'loader' or 'chunkparser', got '" + convention_name + "'");
-  }
-  if (!shardmill::ParsePlaneEncoding(planes_name, &encoding)) {
-    throw shardmill::NativeError("planes must be float32, float16, bfloat16, uint8 or packed, got '" + planes_name +
-                                 "'");
-  }
+  const std::string unknown = shardmill::ParseLc0Options(convention_name, planes_name, &convention, &encoding);
+  if (!unknown.empty()) throw shardmill::NativeError(unknown);
   const int64_t rows = frames.shape(0), record_bytes = frames.shape(1);
   auto outputs = shardmill::Lc0Outputs(convention, encoding);
   if (copy_policy) outputs.push_back({"policy", shardmill::kLc0PolicySize * 4});

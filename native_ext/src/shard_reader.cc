@@ -102,13 +102,8 @@ arrow::Status ShardReader::Init() {
   }
   if (!o.lc0_convention.empty()) {
     Lc0Conversion lc0;
-    if (!ParseLc0Convention(o.lc0_convention, &lc0.convention)) {
-      return arrow::Status::Invalid("lc0_convention must be loader or chunkparser, got '", o.lc0_convention, "'");
-    }
-    if (!ParsePlaneEncoding(o.lc0_planes, &lc0.encoding)) {
-      return arrow::Status::Invalid("lc0_planes must be float32, float16, bfloat16, uint8 or packed, got '",
-                                    o.lc0_planes, "'");
-    }
+    const std::string unknown = ParseLc0Options(o.lc0_convention, o.lc0_planes, &lc0.convention, &lc0.encoding);
+    if (!unknown.empty()) return arrow::Status::Invalid(unknown);
     auto frame = std::find_if(columns_.begin(), columns_.end(), [](const ColumnSpec& c) { return c.name == "frame"; });
     if (frame == columns_.end() || frame->type->id() != arrow::Type::FIXED_SIZE_BINARY) {
       return arrow::Status::Invalid("lc0 tensors are converted from a fixed_size_binary 'frame' column: select it");
