@@ -35,6 +35,7 @@ import grain  # noqa: E402
 import torch  # noqa: E402
 
 from shardmill.native_ext import ShardReader  # noqa: E402
+from shardmill.native_ext import OrderOptions
 from shardmill.native_ext.grain_dataset import ShardDataSource, ShardIterDataset  # noqa: E402
 from shardmill.native_ext.torch_dataset import ShardIterableDataset  # noqa: E402
 from tests.datagen.shards import write_output  # noqa: E402
@@ -48,16 +49,16 @@ def rows_of(batches) -> int:
 
 
 def reader(d):
-    with ShardReader(d, BATCH, ["frame"], seed=1) as r:
+    with ShardReader(d, BATCH, ["frame"], order_options=OrderOptions(seed=1)) as r:
         return rows_of(r)
 
 
 def grain_iter(d):
-    return rows_of(ShardIterDataset(d, BATCH, ["frame"], seed=1))
+    return rows_of(ShardIterDataset(d, BATCH, ["frame"], order_options=OrderOptions(seed=1)))
 
 
 def torch_loader(d, workers):
-    dataset = ShardIterableDataset(d, BATCH, ["frame"], seed=1)
+    dataset = ShardIterableDataset(d, BATCH, ["frame"], order_options=OrderOptions(seed=1))
     return rows_of(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers))
 
 

@@ -30,9 +30,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 
-from shardmill.pipelines.count_job import run_count  # noqa: E402
-from shardmill.transforms.chunk_index import index_source  # noqa: E402
-from shardmill.transforms.lc0_format import RECORD_SIZES  # noqa: E402
+from shardmill.transforms.lc0.chunk_index import index_source  # noqa: E402
+from shardmill.transforms.lc0.count import run_count  # noqa: E402
+from shardmill.transforms.lc0.record_format import RECORD_SIZES  # noqa: E402
 from tests.datagen.lc0 import write_dataset  # noqa: E402
 
 

@@ -77,7 +77,7 @@ def measure(command: list[str]) -> tuple[float, int]:
 
 def records_in(data_dir: str) -> int:
     """Records in the generated archives (from the chunk index: exact, no inflation for single members)."""
-    from shardmill.transforms.chunk_index import index_source
+    from shardmill.transforms.lc0.chunk_index import index_source
 
     return sum(int(sum(index_source(os.path.join(data_dir, n), os.path.getsize(os.path.join(data_dir, n)), "scan",
                                     opener=lambda p: open(p, "rb")).table["num_records"].to_pylist()))
@@ -89,8 +89,8 @@ def commands(data_dir: str, out_dir: str) -> dict[str, list[str]]:
     with open(config, "w") as f:
         f.write(
             f'input: "{data_dir}"\n'
-            f'chunk_pool {{ passes: {SAMPLING["passes"]} position_count: {SAMPLING["position_count"]} '
-            f'hanse_sampling_threshold: {SAMPLING["threshold"]} hanse_sampling_gamma: {SAMPLING["gamma"]} }}\n'
+            f'lc0 {{ chunk_pool {{ passes: {SAMPLING["passes"]} position_count: {SAMPLING["position_count"]} '
+            f'hanse_sampling_threshold: {SAMPLING["threshold"]} hanse_sampling_gamma: {SAMPLING["gamma"]} }} }}\n'
             f'output {{ target_shard_bytes: {SAMPLING["target_shard_bytes"]} overwrite: true }}\n'
             f'max_error_fraction: 1\n'
         )

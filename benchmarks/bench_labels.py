@@ -39,8 +39,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 
 from shardmill.pipelines.config import parse_config, validate  # noqa: E402
-from shardmill.pipelines.inputs import EVENT_SUFFIXES, expand_inputs  # noqa: E402
 from shardmill.pipelines.run_job import run_job  # noqa: E402
+from shardmill.transforms.common.discovery import expand_inputs  # noqa: E402
+from shardmill.transforms.events.formats import EVENT_SUFFIXES
 
 MODES = ["ITERATIVE", "ADAPTIVE", "EXACT", "TWO_PASS"]
 
@@ -102,7 +103,8 @@ _ONE_RUN = """
 import json, sys, time
 from apache_beam.options.pipeline_options import PipelineOptions
 from shardmill.pipelines.config import parse_config, validate
-from shardmill.pipelines.inputs import EVENT_SUFFIXES, expand_inputs
+from shardmill.transforms.common.discovery import expand_inputs
+from shardmill.transforms.events.formats import EVENT_SUFFIXES
 from shardmill.pipelines.run_job import run_job
 data_dir, out_dir, mode, ratio = sys.argv[1:5]
 config = validate(parse_config(

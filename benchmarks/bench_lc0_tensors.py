@@ -6,7 +6,7 @@ tests/datagen/lc0.py, shuffled across games, 4 shards), then, in one process
 and rotating the order each round, reads it whole in 256-record batches:
 
 - reader: ShardReader serving `frame` only (the baseline: zero-copy views);
-- reader + loader / chunkparser: ShardReader(lc0_tensors=...) in several
+- reader + loader / chunkparser: ShardReader(converter=Lc0Tensors(...)) in several
   plane encodings (the conversion in C++, GIL released, num_threads threads);
 - reader + numpy: the reader's frames converted by the numpy statement of
   the loader convention in tests/reference_lc0_tensors.py (float16 planes);
@@ -35,7 +35,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from shardmill.native_ext import ShardReader  # noqa: E402
+from shardmill.native_ext import Lc0Tensors, OrderOptions, ReadOptions, ShardReader  # noqa: E402
 from shardmill.native_ext._native import lc0_tensors  # noqa: E402
 from tests import reference_lc0_tensors as ref  # noqa: E402
 from tests.datagen.lc0 import shuffled_v6_frames  # noqa: E402
@@ -47,7 +47,7 @@ WIDTH = 8356
 
 def read_all(directory: str, step_seconds: float = 0.0, **kwargs) -> int:
     rows = 0
-    with ShardReader(directory, batch_size=BATCH, seed=1, num_threads=2, **kwargs) as reader:
+    with ShardReader(directory, batch_size=BATCH, order_options=OrderOptions(seed=1), read_options=ReadOptions(num_threads=2), **kwargs) as reader:
         for batch in reader:
             rows += len(batch["record_index"])
             if step_seconds:
@@ -57,7 +57,7 @@ def read_all(directory: str, step_seconds: float = 0.0, **kwargs) -> int:
 
 def read_with_numpy(directory: str) -> int:
     rows = 0
-    with ShardReader(directory, batch_size=BATCH, seed=1, num_threads=2) as reader:
+    with ShardReader(directory, batch_size=BATCH, order_options=OrderOptions(seed=1), read_options=ReadOptions(num_threads=2)) as reader:
         for batch in reader:
             tensors = ref.loader(batch["frame"])
             tensors["planes"] = tensors["planes"].astype(np.float16)
@@ -81,14 +81,13 @@ def main():
     frames = np.ascontiguousarray(shuffled_v6_frames()(np.arange(20_000), WIDTH))
     variants = {
         "reader": lambda: read_all(directory),
-        "reader+loader float16": lambda: read_all(directory, lc0_tensors="loader", planes="float16"),
-        "reader+loader float32": lambda: read_all(directory, lc0_tensors="loader", planes="float32"),
-        "reader+loader packed": lambda: read_all(directory, lc0_tensors="loader", planes="packed"),
-        "reader+chunkparser float16": lambda: read_all(directory, lc0_tensors="chunkparser", planes="float16"),
+        "reader+loader float16": lambda: read_all(directory, converter=Lc0Tensors("loader", planes="float16")),
+        "reader+loader float32": lambda: read_all(directory, converter=Lc0Tensors("loader", planes="float32")),
+        "reader+loader packed": lambda: read_all(directory, converter=Lc0Tensors("loader", planes="packed")),
+        "reader+chunkparser float16": lambda: read_all(directory, converter=Lc0Tensors("chunkparser", planes="float16")),
         "reader+numpy loader float16": lambda: read_with_numpy(directory),
         "reader, 1 ms step per batch": lambda: read_all(directory, 0.001),
-        "reader+loader float16, 1 ms step per batch": lambda: read_all(directory, 0.001, lc0_tensors="loader",
-                                                                       planes="float16"),
+        "reader+loader float16, 1 ms step per batch": lambda: read_all(directory, 0.001, converter=Lc0Tensors("loader", planes="float16")),
         "kernel loader float16, 1 thread": lambda: kernel(frames, "float16", 1),
         "kernel loader float16, 2 threads": lambda: kernel(frames, "float16", 2),
         "kernel loader packed, 1 thread": lambda: kernel(frames, "packed", 1),

@@ -48,6 +48,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from shardmill.native_ext import ShardReader  # noqa: E402
+from shardmill.native_ext import OrderOptions, ShardOptions
 from tests.datagen.lc0 import shuffled_v6_frames  # noqa: E402
 from tests.datagen.shards import frame_bytes, write_output  # noqa: E402
 
@@ -75,8 +76,7 @@ def pyarrow_sequential(directory, manifest, width):
 
 def shardmill_reader(directory, manifest, width, window_row_groups=8):
     rows = 0
-    with ShardReader(directory, BATCH, ["frame"], shard_index=0, shard_count=2, seed=1,
-                     window_row_groups=window_row_groups) as reader:
+    with ShardReader(directory, BATCH, ["frame"], shard_options=ShardOptions(shard_index=0, shard_count=2), order_options=OrderOptions(seed=1, window_row_groups=window_row_groups)) as reader:
         for batch in reader:
             rows += len(batch["frame"])
     return rows
@@ -89,7 +89,7 @@ def shardmill_reader_window1(directory, manifest, width):
 
 def first_batch_seconds(directory):
     start = time.perf_counter()
-    reader = ShardReader(directory, BATCH, ["frame"], shard_index=0, shard_count=2, seed=1)
+    reader = ShardReader(directory, BATCH, ["frame"], shard_options=ShardOptions(shard_index=0, shard_count=2), order_options=OrderOptions(seed=1))
     next(reader)
     seconds = time.perf_counter() - start
     reader.close()
@@ -97,13 +97,13 @@ def first_batch_seconds(directory):
 
 
 def restore_seconds(directory):
-    reader = ShardReader(directory, BATCH, ["frame"], shard_index=0, shard_count=2, seed=1)
+    reader = ShardReader(directory, BATCH, ["frame"], shard_options=ShardOptions(shard_index=0, shard_count=2), order_options=OrderOptions(seed=1))
     for _ in range(37):
         next(reader)
     state = reader.state()
     reader.close()
     start = time.perf_counter()
-    restored = ShardReader(directory, BATCH, ["frame"], shard_index=0, shard_count=2, seed=1, state=state)
+    restored = ShardReader(directory, BATCH, ["frame"], shard_options=ShardOptions(shard_index=0, shard_count=2), order_options=OrderOptions(seed=1), state=state)
     constructed = time.perf_counter() - start
     next(restored)
     first = time.perf_counter() - start

@@ -30,15 +30,21 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from tests.datagen.lc0 import shuffled_v6_frames  # noqa: E402
 from tests.datagen.shards import frame_bytes, write_output  # noqa: E402
 
+# Both builds' APIs: option objects, or the flat keyword arguments of builds before them.
 READ_ONE = """
 import json, sys, time
+from shardmill import native_ext
 from shardmill.native_ext import ShardReader
 directory, window = sys.argv[1], int(sys.argv[2])
+if hasattr(native_ext, "OrderOptions"):
+    settings = dict(order_options=native_ext.OrderOptions(seed=1, window_row_groups=window),
+                    shard_options=native_ext.ShardOptions(0, 2))
+else:
+    settings = dict(shard_index=0, shard_count=2, seed=1, window_row_groups=window)
 rates = []
 for _ in range(3):
     start, rows = time.perf_counter(), 0
-    with ShardReader(directory, 256, ["frame"], shard_index=0, shard_count=2, seed=1,
-                     window_row_groups=window) as reader:
+    with ShardReader(directory, 256, ["frame"], **settings) as reader:
         for batch in reader:
             rows += len(batch["frame"])
     rates.append(rows / (time.perf_counter() - start))

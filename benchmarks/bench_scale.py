@@ -37,6 +37,7 @@ sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bench_job import measure  # noqa: E402
+
 from tests.datagen.lc0 import gzip_bytes, make_game_records  # noqa: E402
 
 SHARDMILL = [sys.executable, "-m", "shardmill.pipelines.cli", "run"]
@@ -72,7 +73,7 @@ def write_archives(directory: str, archives: int, members: int) -> None:
 def run_job(data_dir: str, work: str, extra: str) -> dict:
     config = os.path.join(work, "job.textproto")
     with open(config, "w") as f:
-        f.write(f'input: "{data_dir}"\nindex {{ lc0_version: 6 }}\n{extra}\nmax_error_fraction: 1\n')
+        f.write(f'input: "{data_dir}"\nlc0 {{ index {{ lc0_version: 6 }} }}\n{extra}\nmax_error_fraction: 1\n')
     out = os.path.join(work, "out")
     shutil.rmtree(out, ignore_errors=True)
     seconds, peak = measure(SHARDMILL + ["--config", config, "--output", out])
@@ -87,17 +88,18 @@ PLAN_SCRIPT = textwrap.dedent("""
     sys.path.insert(0, sys.argv[1])
     import numpy as np, pyarrow as pa
     from benchmarks.bench_scale import synthetic_table
-    from shardmill.transforms import job_plan
-    from shardmill.transforms.chunk_sampling import SamplingParams
+    from shardmill.transforms.lc0 import plan as job_plan
+    from shardmill.transforms.lc0.sampling import SamplingParams
+    from shardmill.transforms.output.shard_count import ShardSizing, shard_count
 
     mode, rows, per_table = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     params = SamplingParams(seed=1, passes=4, position_count=8, threshold=150, gamma=1.0, pool_size=rows // 2)
-    output = job_plan.OutputParams()
     tables = rows // per_table
     start = time.perf_counter()
     if mode == "whole":
-        plan = job_plan.make_plan(pa.concat_tables([synthetic_table(t, per_table) for t in range(tables)]),
-                                  params, output)
+        from tests.support.lc0_plan import make_plan
+
+        plan = make_plan(pa.concat_tables([synthetic_table(t, per_table) for t in range(tables)]), params)
         tasks, planned = len(plan.tasks), plan.stats["accounting"]["records_planned"]
     else:
         # As the job: each index table is an element, summarised, then planned on its own (on a
@@ -110,11 +112,11 @@ PLAN_SCRIPT = textwrap.dedent("""
             part = job_plan.plan_table(synthetic_table(t, per_table), decisions, params)
             stats.append(part.stats)
             planned += part.records_planned
-        num_shards = job_plan.num_shards_for(planned, decisions.record_size, output)
+        num_shards = shard_count(planned * decisions.record_size, ShardSizing(), job_plan.WRITE_LESS)
         tasks = largest_task = 0
         for t in range(tables):
             part = job_plan.plan_table(synthetic_table(t, per_table), decisions, params)
-            for task in job_plan.read_tasks(part.used, params, num_shards, output.max_task_bytes):
+            for task in job_plan.read_tasks(part.used, params, num_shards, job_plan.MAX_TASK_BYTES):
                 tasks += 1
                 largest_task = max(largest_task, len(pickle.dumps(task)))
         job_plan.final_stats(job_plan.merge_stats(stats), params)
@@ -134,7 +136,7 @@ def synthetic_table(table: int, rows: int):
     """Index table `table`: SOURCES_PER_TABLE-ish sources of CHUNKS_PER_SOURCE games (20-400 records)."""
     import pyarrow as pa
 
-    from shardmill.transforms.chunk_index import INDEX_SCHEMA
+    from shardmill.transforms.lc0.chunk_index import INDEX_SCHEMA
 
     rng = np.random.default_rng(table)
     per_source = min(rows, CHUNKS_PER_SOURCE)
@@ -188,7 +190,7 @@ def main():
         data = os.path.join(root, f"loose-{count}")
         if not os.path.isdir(data):
             write_loose_games(data, count)
-        report["sources"][count] = run_job(data, work, "chunk_pool { position_count: 2 }")
+        report["sources"][count] = run_job(data, work, "lc0 { chunk_pool { position_count: 2 } }")
         print(json.dumps({"sources": count, **report["sources"][count]}), file=sys.stderr, flush=True)
     if sizes:
         base = report["sources"][sizes[0]]
@@ -201,7 +203,7 @@ def main():
         if not os.path.isdir(data):
             write_archives(data, args.chunk_archives, args.chunks // args.chunk_archives)
         report["chunks"][args.chunks] = run_job(data, work,
-                                                "chunk_pool { chunk_pool_size: 20000 position_count: 1 }")
+                                                "lc0 { chunk_pool { chunk_pool_size: 20000 position_count: 1 } }")
         print(json.dumps({"chunks": args.chunks, **report["chunks"][args.chunks]}), file=sys.stderr, flush=True)
     whole_sizes = {int(s) for s in args.whole_plan_rows.split(",") if s}
     for rows in (int(s) for s in args.plan_rows.split(",") if s):

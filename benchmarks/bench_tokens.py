@@ -30,12 +30,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 
-from shardmill.pipelines import token_job  # noqa: E402
+from shardmill.native_ext import copy_runs  # noqa: E402
 from shardmill.pipelines.config import parse_config, validate  # noqa: E402
 from shardmill.pipelines.run_job import run_job  # noqa: E402
-from shardmill.transforms.megatron_blend import plan_blend  # noqa: E402
-from shardmill.native_ext import copy_runs  # noqa: E402
-from shardmill.transforms.megatron_index import build_gpt_indices, sample_byte_runs, sample_tokens  # noqa: E402
+from shardmill.transforms.tokens import job as token_job  # noqa: E402
+from shardmill.transforms.tokens.megatron_blend import plan_blend  # noqa: E402
+from shardmill.transforms.tokens.megatron_index import build_gpt_indices, sample_byte_runs, sample_tokens  # noqa: E402
+from shardmill.transforms.tokens.plan import read_dataset  # noqa: E402
 from tests.datagen.megatron import write_indexed_dataset  # noqa: E402
 
 
@@ -80,7 +81,7 @@ def write_corpus(path: str, sequences: int, dtype, seed: int) -> None:
 def sample_reading(work: str, rounds: int) -> dict:
     """Tokens/s reading the same 20,000 shuffled samples both ways, alternating."""
     prefix = os.path.join(work, "corpus")
-    dataset = token_job.read_dataset(prefix + ".idx", prefix + ".bin")
+    dataset = read_dataset(prefix + ".idx", prefix + ".bin")
     indices = build_gpt_indices(dataset.sequence_lengths, 1024, None, seed=1)
     samples = indices.shuffle_index[:20_000].astype(np.int64)
     tokens = len(samples) * 1025

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from shardmill.transforms.output_contract import LEGACY_MANIFEST_NAME, MANIFEST_NAME, READABLE_FORMAT_VERSIONS
+from shardmill.transforms.output.contract import LEGACY_MANIFEST_NAME, MANIFEST_NAME, READABLE_FORMAT_VERSIONS
 
 MAX_SHARDS = 1_000_000
 MAX_ROW_GROUPS_PER_SHARD = 1_000_000

@@ -6,7 +6,7 @@ Requires grain (not a shardmill dependency: `pip install grain`).
   speed) as a `grain.IterDataset`; its iterator's `get_state()` /
   `set_state()` checkpoint the stream exactly (Grain's checkpointing and
   Orbax save those dicts). On several hosts, host h of H reads
-  `shard_index=h, shard_count=H` (jax.process_index(), jax.process_count()).
+  `shard_options=ShardOptions(h, H)` (jax.process_index(), jax.process_count()).
 - `ShardDataSource`: record i of the output (shards in manifest order, rows
   in file order) for Grain's `MapDataset.source(...)` / `IndexSampler`,
   whose own shuffle and sharding then apply. Row groups are decoded whole
@@ -30,19 +30,27 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from shardmill.native_ext.converters import Lc0Tensors
 from shardmill.native_ext.dataset import open_dataset
+from shardmill.native_ext.options import OrderOptions, ReadOptions, ShardOptions, check_type
 from shardmill.native_ext.reader import ShardReader
 
 
 class ShardIterDataset(grain.IterDataset):
-    """ShardReader batches as a Grain IterDataset (keyword arguments go to ShardReader)."""
+    """ShardReader batches as a Grain IterDataset; the arguments are ShardReader's (a checkpoint is
+    restored through the iterator's set_state())."""
 
-    def __init__(self, path: str, batch_size: int = 256, columns: Sequence[str] = ("frame",), **reader_kwargs):
+    def __init__(self, path: str, batch_size: int = 256, columns: Sequence[str] = ("frame",), *,
+                 num_epochs: int | None = 1, drop_remainder: bool = False,
+                 order_options: OrderOptions = OrderOptions(), shard_options: ShardOptions = ShardOptions(),
+                 read_options: ReadOptions = ReadOptions(), converter: Lc0Tensors | None = None):
         super().__init__()
-        if "state" in reader_kwargs:
-            raise TypeError("restore with the iterator's set_state(), not state=")
         self._args = (path, batch_size, list(columns))
-        self._reader_kwargs = reader_kwargs
+        self._reader_kwargs = {"num_epochs": num_epochs, "drop_remainder": drop_remainder,
+                               "order_options": check_type("order_options", order_options, OrderOptions),
+                               "shard_options": check_type("shard_options", shard_options, ShardOptions),
+                               "read_options": check_type("read_options", read_options, ReadOptions),
+                               "converter": converter}
 
     def __iter__(self) -> "_ShardDatasetIterator":
         return _ShardDatasetIterator(self._args, self._reader_kwargs)

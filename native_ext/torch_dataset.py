@@ -23,7 +23,8 @@ main process while workers are mid-pass raises instead of returning a state
 that would restart the pass.
 
     loader = torch.utils.data.DataLoader(
-        ShardIterableDataset("out/run1", batch_size=512, seed=0), batch_size=None, num_workers=4)
+        ShardIterableDataset("out/run1", batch_size=512, order_options=OrderOptions(seed=0)),
+        batch_size=None, num_workers=4)
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ import torch
 import torch.distributed
 import torch.utils.data
 
+from shardmill.native_ext.converters import Lc0Tensors
+from shardmill.native_ext.options import OrderOptions, ReadOptions, ShardOptions, check_type
 from shardmill.native_ext.reader import ShardReader
 
 MAX_WORKERS = 256  # DataLoader workers per dataset whose passes are counted
@@ -54,17 +57,16 @@ class ShardIterableDataset(torch.utils.data.IterableDataset):
     """Yields dicts of torch tensors (frames as uint8 (batch, width)), plus `epoch`.
 
     rank / world_size default to torch.distributed's when it is initialized,
-    else 0 / 1. num_epochs: epochs per pass over the loader (None: one
-    unbounded pass). Other keyword arguments go to ShardReader.
+    else 0 / 1; the dataset makes each worker's ShardOptions from them.
+    num_epochs: epochs per pass over the loader (None: one unbounded pass).
+    The other arguments are ShardReader's.
     """
 
     def __init__(self, path: str, batch_size: int = 256, columns: Sequence[str] = ("frame",), *,
                  rank: int | None = None, world_size: int | None = None, num_epochs: int | None = 1,
-                 **reader_kwargs):
+                 drop_remainder: bool = False, order_options: OrderOptions = OrderOptions(),
+                 read_options: ReadOptions = ReadOptions(), converter: Lc0Tensors | None = None):
         super().__init__()
-        for forbidden in ("state", "start_epoch", "shard_index", "shard_count"):
-            if forbidden in reader_kwargs:
-                raise TypeError(f"{forbidden} is set by the dataset (use set_epoch / load_state_dict / rank)")
         if num_epochs is not None and num_epochs < 1:
             raise ValueError(f"num_epochs must be >= 1 or None, got {num_epochs}")
         self._path = path
@@ -73,7 +75,10 @@ class ShardIterableDataset(torch.utils.data.IterableDataset):
         self._rank = rank
         self._world_size = world_size
         self._num_epochs = num_epochs
-        self._reader_kwargs = reader_kwargs
+        self._reader_options = {"drop_remainder": drop_remainder,
+                                "order_options": check_type("order_options", order_options, OrderOptions),
+                                "read_options": check_type("read_options", read_options, ReadOptions),
+                                "converter": converter}
         self._reader: ShardReader | None = None
         self._pass_epoch = 0
         self._resume: dict | None = None
@@ -128,13 +133,14 @@ class ShardIterableDataset(torch.utils.data.IterableDataset):
             self._shared[1 + slot] += 1
         num_epochs = None if self._num_epochs is None else self._pass_epoch + self._num_epochs
         kwargs = {"state": state} if state is not None else {"start_epoch": self._pass_epoch}
-        self._reader = ShardReader(self._path, self._batch_size, self._columns, shard_index=shard_index,
-                                   shard_count=shard_count, num_epochs=num_epochs, **kwargs, **self._reader_kwargs)
+        self._reader = ShardReader(self._path, self._batch_size, self._columns, num_epochs=num_epochs,
+                                   shard_options=ShardOptions(shard_index, shard_count), **kwargs,
+                                   **self._reader_options)
         self._shared[1 + MAX_WORKERS + slot] = 1
         try:
             with self._reader as reader:
                 for batch in reader:
-                    yield _tensors(batch, self._reader_kwargs.get("planes"))
+                    yield _tensors(batch, converter.planes if (converter := self._reader_options["converter"]) else None)
         finally:
             self._shared[1 + MAX_WORKERS + slot] = 0
             self._reader = None

@@ -1,10 +1,13 @@
 """The `shardmill` command line.
 
 Subcommands:
-  count INPUT...   index lc0 chunk files and report what they hold
-  run              the sampling job: chunks in, shuffled Parquet shards + manifest out
+  run              a job: its inputs in, globally shuffled Parquet shards + manifest out
   inspect DIR      print an output directory's manifest summary (and charts)
+  count INPUT...   index lc0 chunk files and report what they hold
   submit           the job on Dataflow or a Flink cluster (wheel built, runner validated)
+
+Job kinds (the config's section picks one):
+{kinds}
 
 Options a subcommand does not know must be Beam pipeline options
 (e.g. --direct_running_mode=multi_processing --direct_num_workers=2);
@@ -35,7 +38,6 @@ logging.getLogger().addFilter(_drop_beam_optional_dependency_noise)
 # Beam and the job code are imported inside the commands, after main() has taken over SIGINT and
 # SIGTERM: importing Beam takes a second or two, and a Ctrl-C then must end as cleanly as later.
 
-MAX_ERRORS_SHOWN = 20
 EXIT_OK, EXIT_ERROR_BUDGET, EXIT_BAD_INVOCATION, EXIT_FAILED = 0, 1, 2, 3
 
 
@@ -47,9 +49,18 @@ def _is_bad_invocation(err: BaseException) -> bool:
     """Raised before any work: a bad config, input or output (ValueErrors: ConfigError, InputError,
     OutputPathError, OutputExistsError, IndexedDatasetError, OutputError), or an output in use.
     A failure of the pipeline itself arrives as RunFailed, whatever the worker raised."""
-    from shardmill.transforms.output_claim import ClaimHeldError
+    from shardmill.transforms.output.claim import ClaimHeldError
 
     return isinstance(err, (ValueError, ClaimHeldError))
+
+
+def _kinds_text(separator: str) -> str:
+    """Each job kind's config section and what it does, for the help texts."""
+    from shardmill.pipelines.jobs import kinds
+
+    if separator == "\n":
+        return "\n".join(f"  {k.config_field:<16} {k.description}" for k in kinds())
+    return separator.join(f"{k.config_field} ({k.description})" for k in kinds())
 
 
 def _add_count_parser(subparsers, common) -> argparse.ArgumentParser:
@@ -78,49 +89,24 @@ def _count(args, beam_args) -> int:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from shardmill.pipelines import config as config_lib
-    from shardmill.pipelines.inputs import expand_inputs
+    from shardmill.pipelines.jobs import job_kind
 
     config = config_lib.load_config(args.config) if args.config else config_lib.JobConfig()
     if args.inputs:
         del config.input[:]
         config.input.extend(args.inputs)
-    if args.lc0_version is not None:
-        config.index.lc0_version = args.lc0_version
     config_lib.validate(config)
-    method = "decompress" if args.verify else args.count_method or config_lib.count_method(config)
-    patterns = expand_inputs(list(config.input))
-
-    from shardmill.pipelines.count_job import run_count  # Beam graph code, imported on use
-
-    result = run_count(
-        patterns, method, config.index.lc0_version, PipelineOptions(_local_worker_logs(beam_args, args.verbose)),
-        args.index_out, args.errors_out,
-        config.index.max_chunk_bytes,
-    )
-    if args.json:
-        print(json.dumps({"summary": result.summary.to_dict(), "errors": result.dead_letters,
-                          "seconds": result.seconds}, indent=1))
-        return 0
-    print(f"shardmill count: {len(patterns)} pattern(s), count method {method}, {result.seconds:.1f} s")
-    print(result.summary.render())
-    for dead in result.dead_letters[:MAX_ERRORS_SHOWN]:
-        where = dead["path"] + (f" :: {dead['member']}" if dead["member"] else "")
-        print(f"  error: {where}: {dead['reason']}: {dead['detail']}")
-    if len(result.dead_letters) > MAX_ERRORS_SHOWN:
-        print(f"  ... {len(result.dead_letters) - MAX_ERRORS_SHOWN} more in {result.errors_path}")
-    if args.index_out:
-        print(f"index written to {result.index_path}")
-    if args.errors_out:
-        print(f"errors written to {result.errors_path}")
-    return 0
+    options = PipelineOptions(_local_worker_logs(beam_args, args.verbose))
+    return job_kind(config).count(config, args, options)
 
 
 def _add_run_parser(subparsers, common) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "run", parents=[common],
-        help="sample lc0 chunks into globally shuffled Parquet shards",
-        description="Runs the whole job (index, plan, load, shuffle, write, commit). Unknown options go "
-        "to Beam (e.g. --runner, --direct_running_mode=multi_processing --direct_num_workers=2).",
+        help="run a job: its inputs in, globally shuffled Parquet shards out",
+        description="Runs the job the config describes, checked, planned, staged and committed. The config's "
+        f"section picks the kind: {_kinds_text('; ')}. Unknown options go to Beam (e.g. --runner, "
+        "--direct_running_mode=multi_processing --direct_num_workers=2).",
     )
     p.add_argument("--config", required=True, help="text-format JobConfig")
     p.add_argument("--input", action="append", help="input pattern or directory (replaces the config's)")
@@ -131,7 +117,8 @@ def _add_run_parser(subparsers, common) -> argparse.ArgumentParser:
     p.add_argument("--break-claim", action="store_true",
                    help="take over an output whose claim is stale (a run that crashed on another host)")
     p.add_argument("--dry-run", action="store_true",
-                   help="validate, build and serialize the pipeline graph, print it; run nothing")
+                   help="check everything the run checks before work (config, inputs, plan, output, "
+                   "--overwrite), build and serialize the pipeline graph, print it; run nothing")
     return p
 
 
@@ -201,7 +188,8 @@ def _submit(args, beam_args) -> int:
 def _add_inspect_parser(subparsers, common) -> argparse.ArgumentParser:
     p = subparsers.add_parser("inspect", parents=[common], help="print an output directory's manifest summary")
     p.add_argument("output_dir")
-    p.add_argument("--plot", help="also draw use-count and acceptance-vs-length charts to this PNG")
+    p.add_argument("--plot", help="also draw the job's charts to this PNG (lc0: use counts and acceptance vs "
+                   "game length; labels: records and ratio per partition; tokens: samples and epochs per corpus)")
     p.add_argument("--json", action="store_true", help="print the manifest's stats as JSON")
     return p
 
@@ -211,16 +199,15 @@ def _inspect(args, beam_args) -> int:
     from shardmill.pipelines.jobs import job_kind_of_manifest
 
     manifest = load_manifest(args.output_dir)
+    kind = job_kind_of_manifest(manifest)
     if args.json:
         print(json.dumps(manifest["stats"], indent=1))
     else:
-        kind = f"lc0 V{manifest['record_version']}" if "record_version" in manifest else manifest["record_format"]
-        print(f"{args.output_dir}: {manifest['num_shards']} shard(s), {kind}, seed {manifest['seed']}")
-        print(job_kind_of_manifest(manifest).render_summary(manifest))
+        print(f"{args.output_dir}: {manifest['num_shards']} shard(s), {kind.name} job, {kind.describe(manifest)}, "
+              f"seed {manifest['seed']}")
+        print(kind.render_summary(manifest))
     if args.plot:
-        from shardmill.pipelines.plots import plot_sampling
-
-        plot_sampling(manifest, args.plot)
+        kind.plot(manifest, args.plot)
         print(f"charts written to {args.plot}")
     return 0
 
@@ -322,9 +309,10 @@ def _missing_job_dependency(err: BaseException) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """Exit codes: 0 ok, 1 error budget exceeded, 2 bad invocation/config/input/output, 3 failed run."""
-    from shardmill.transforms.output_contract import shardmill_version
+    from shardmill.transforms.output.contract import shardmill_version
 
-    parser = argparse.ArgumentParser(prog="shardmill", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="shardmill", description=__doc__.format(kinds=_kinds_text("\n")),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"shardmill {shardmill_version()}")
     _add_verbosity(parser, default=False)
     common = argparse.ArgumentParser(add_help=False)

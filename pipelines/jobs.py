@@ -1,82 +1,45 @@
-"""The job kinds: one table that `run`, `--dry-run` and `inspect` all use.
+"""The job kinds: one registry line each. `run`, `--dry-run`, `count`, `inspect` and help all use it.
 
-A job kind is a composite PTransform (config, input patterns, RunPaths) →
-the inputs of WriteShardedOutput, plus how its inputs are found and how its
-manifest is summarised.
+A kind is a folder under transforms/ whose `kind.py` holds its JobKind
+(transforms/job.py: the contract). A new kind is one folder and one line here.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Callable
+import importlib
 
-from shardmill.pipelines.config import JobConfig
-from shardmill.pipelines.inputs import EVENT_SUFFIXES, expand_inputs
-from shardmill.transforms.chunk_index import LC0_INPUT_SUFFIXES
-from shardmill.transforms.discovery import is_local
-from shardmill.transforms.manifest import render_label_summary, render_lc0_summary, render_token_summary
+from shardmill.transforms.job import JobKind
 
-
-@dataclasses.dataclass(frozen=True)
-class JobKind:
-    name: str
-    record_format: str
-    transform: Callable[[], type]  # imported on use: the Beam graph code
-    input_suffixes: tuple[str, ...] | None  # None: the job reads no input patterns
-    render_summary: Callable[[dict], str]
-
-    def inputs(self, config: JobConfig, check_remote: bool = True) -> list[str]:
-        """The input file patterns; InputError for an input that matches nothing.
-
-        check_remote=False takes gs:// and s3:// patterns as they are (a dry
-        run may lack the credentials to list them).
-        """
-        if self.input_suffixes is None:
-            return []
-        items = list(config.input)
-        remote = [] if check_remote else [i for i in items if not is_local(i)]
-        local = [i for i in items if i not in remote]
-        return (expand_inputs(local, self.input_suffixes) if local else []) + remote
-
-
-def _lc0_job():
-    from shardmill.pipelines.lc0_job import Lc0Job
-
-    return Lc0Job
-
-
-def _label_job():
-    from shardmill.pipelines.label_job import LabelJob
-
-    return LabelJob
-
-
-def _token_job():
-    from shardmill.pipelines.token_job import TokenJob
-
-    return TokenJob
-
-
-JOB_KINDS = {
-    "lc0": JobKind("lc0", "lc0", _lc0_job, LC0_INPUT_SUFFIXES, render_lc0_summary),
-    "labels": JobKind("labels", "events", _label_job, EVENT_SUFFIXES, render_label_summary),
-    "tokens": JobKind("tokens", "megatron_gpt_samples", _token_job, None, render_token_summary),
+# job kind (the manifest's job_kind) -> the module holding its KIND
+REGISTRY = {
+    "lc0": "shardmill.transforms.lc0.kind",
+    "labels": "shardmill.transforms.events.kind",
+    "tokens": "shardmill.transforms.tokens.kind",
 }
+DEFAULT_KIND = "lc0"  # a config without a job section
 
 
-def job_kind(config: JobConfig) -> JobKind:
-    if config.HasField("token_dataset"):
-        return JOB_KINDS["tokens"]
-    if config.HasField("label_sampling"):
-        return JOB_KINDS["labels"]
-    return JOB_KINDS["lc0"]
+def kinds() -> list[JobKind]:
+    return [importlib.import_module(module).KIND for module in REGISTRY.values()]
+
+
+def kind_named(name: str) -> JobKind:
+    return importlib.import_module(REGISTRY[name]).KIND
+
+
+def job_kind(config) -> JobKind:
+    """The kind whose section the config sets (its `job` oneof); the lc0 job when none is set."""
+    field = config.WhichOneof("job")
+    for kind in kinds():
+        if kind.config_field == field:
+            return kind
+    return kind_named(DEFAULT_KIND)
 
 
 def job_kind_of_manifest(manifest: dict) -> JobKind:
-    """The kind that wrote a manifest (format 1 manifests name only their record format)."""
-    if manifest.get("job_kind") in JOB_KINDS:
-        return JOB_KINDS[manifest["job_kind"]]
-    for kind in JOB_KINDS.values():
-        if kind.record_format == manifest.get("record_format"):
-            return kind
-    return JOB_KINDS["lc0"]
+    """The kind that wrote a manifest (format 1 manifests name none: only the lc0 job wrote them)."""
+    name = manifest.get("job_kind", DEFAULT_KIND if manifest.get("format_version") == 1 else None)
+    if name not in REGISTRY:
+        raise ValueError(f"the manifest names job kind {name!r}, which this shardmill does not know "
+                         f"({', '.join(REGISTRY)})")
+    return kind_named(name)

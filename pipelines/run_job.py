@@ -1,7 +1,8 @@
 """`shardmill run`: one output lifecycle for every job kind.
 
-  check the output path (before any other work)
-  claim the output (one run at a time), clean what crashed runs left
+  check the output path, then the job's plan (JobKind.plan: before any output is touched)
+  claim the output (one run at a time), refuse an existing output without --overwrite,
+      clean what crashed runs left
   build and run the pipeline: JobKind.transform → WriteShardedOutput,
       everything staged under `_staging-<run id>/`
   commit the staged generation (manifest last, atomically), or — if bad
@@ -27,12 +28,12 @@ from google.protobuf import text_format
 from shardmill.pipelines.config import JobConfig
 from shardmill.pipelines.jobs import job_kind
 from shardmill.pipelines.runner import counter_values, is_local_run, local_runner, make_pipeline
-from shardmill.transforms import output_lifecycle as lifecycle
-from shardmill.transforms.output_claim import OutputClaim
-from shardmill.transforms.discovery import is_local
-from shardmill.transforms.output_lifecycle import OutputExistsError, RunPaths  # noqa: F401  (re-exported)
-from shardmill.transforms.progress import ProgressPrinter
-from shardmill.transforms.sharded_output import WriteShardedOutput
+from shardmill.transforms.common.filesystem import is_local
+from shardmill.transforms.common.progress import ProgressPrinter
+from shardmill.transforms.output import lifecycle as lifecycle
+from shardmill.transforms.output.claim import OutputClaim
+from shardmill.transforms.output.lifecycle import OutputExistsError, RunPaths  # noqa: F401  (re-exported)
+from shardmill.transforms.output.sharded_output import WriteShardedOutput
 
 _LOG = logging.getLogger(__name__)
 
@@ -98,19 +99,26 @@ def signals_deferred(reraise: bool = True):
             _LOG.warning("%s arrived while committing; the commit completed", signal.Signals(received[0]).name)
 
 
-def build_graph(p: beam.Pipeline, config: JobConfig, inputs: list[str], paths: RunPaths) -> None:
-    """Adds the job of the config's kind, and the shared ending, to a pipeline."""
+def build_graph(p: beam.Pipeline, config: JobConfig, plan, paths: RunPaths) -> None:
+    """Adds the job of the config's kind (planned by its JobKind.plan), and the shared ending, to a pipeline."""
     started_at = time.time()
-    job = job_kind(config).transform()(config, inputs, paths)
+    kind = job_kind(config)
     _ = (
         p
-        | "Job" >> job
+        | "Job" >> kind.transform(config, plan, paths)
         | "Output" >> WriteShardedOutput(
-            paths, job.shard_format, row_group_bytes=config.output.row_group_bytes,
+            paths, kind.shard_format(config, plan), row_group_bytes=config.output.row_group_bytes,
             zstd_level=config.output.zstd_level, config_text=text_format.MessageToString(config),
             seed=config.seed, started_at=started_at,
         )
     )
+
+
+def check_overwrite(output_dir: str, committed, overwrite: bool) -> None:
+    """OutputExistsError for an output that holds a committed generation, unless overwriting."""
+    if committed is not None and not overwrite:
+        raise OutputExistsError(f"output {output_dir!r} already holds an output (generation "
+                                f"{committed.generation}); pass --overwrite (or output.overwrite) to replace it")
 
 
 def _cannot_write(output_dir: str, err: OSError) -> lifecycle.OutputPathError:
@@ -130,6 +138,7 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
     every other failure propagate after cleaning up.
     """
     lifecycle.check_output_path(output_dir, list(config.input))
+    plan = job_kind(config).plan(config, inputs)
     claim = OutputClaim(output_dir, run_id or new_run_id())
     try:
         notes = claim.acquire(break_claim)
@@ -138,9 +147,7 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
     paths = None
     try:
         committed = lifecycle.read_committed(output_dir)
-        if committed is not None and not config.output.overwrite:
-            raise OutputExistsError(f"output {output_dir!r} already holds an output (generation "
-                                    f"{committed.generation}); pass --overwrite (or output.overwrite) to replace it")
+        check_overwrite(output_dir, committed, config.output.overwrite)
         notes += lifecycle.clean_leftovers(output_dir, committed)
         for note in notes:
             _LOG.warning("%s", note)
@@ -152,7 +159,7 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
         except OSError as err:
             raise _cannot_write(output_dir, err) from None
         p = make_pipeline(options)
-        build_graph(p, config, inputs, paths)
+        build_graph(p, config, plan, paths)
         progress = ProgressPrinter(paths.progress_dir) if paths.progress_dir else None
         try:
             if progress:
@@ -183,19 +190,44 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
         claim.release()
 
 
-def dry_run(config: JobConfig, options: PipelineOptions) -> str:
-    """Checks the inputs, builds the job's graph and serializes it as a runner would receive it; runs nothing.
+def dry_run(config: JobConfig, options: PipelineOptions, graph_depth: int = 2) -> str:
+    """Everything a run checks before work, then the graph built and serialized as a runner receives it.
 
-    Local inputs are expanded and checked; remote patterns (gs://, s3://) are
-    taken as they are, since listing them needs the runner's credentials.
+    Checks the output path, refuses an existing output without --overwrite,
+    expands and checks local inputs (remote patterns, gs:// and s3://, are
+    taken as they are: listing them needs the runner's credentials) and makes
+    the job's plan (JobKind.plan). Writes nothing and runs nothing.
+    graph_depth: after the summary line, the graph's transforms to this depth, one a line (0: none).
     """
     kind = job_kind(config)
     inputs = kind.inputs(config, check_remote=False)
-    lifecycle.check_output_path(config.output.path, list(config.input))
+    output_dir = config.output.path
+    lifecycle.check_output_path(output_dir, list(config.input))
+    check_overwrite(output_dir, lifecycle.read_committed(output_dir), config.output.overwrite)
+    plan = kind.plan(config, inputs)
     p = beam.Pipeline(runner=local_runner(options), options=options)  # never run: no runner is contacted
-    build_graph(p, config, inputs, RunPaths(config.output.path, "dry-run", 1))
+    build_graph(p, config, plan, RunPaths(output_dir, "dry-run", 1))
     graph = p.to_runner_api()  # pickles every DoFn, as a submission would
     runner = options.view_as(StandardOptions).runner or "DirectRunner"
-    return (f"dry run: {kind.name} job, {len(graph.components.transforms)} transforms, {len(inputs)} input "
-            f"pattern(s), output {config.output.path}, runner {runner}; graph built and serialized, "
-            "nothing submitted")
+    summary = (f"dry run: {kind.name} job, {len(graph.components.transforms)} transforms, {len(inputs)} input "
+               f"pattern(s), output {output_dir}, runner {runner}; graph built and serialized, nothing submitted")
+    return "\n".join([summary, *graph_lines(graph, graph_depth)])
+
+
+def graph_lines(graph, max_depth: int) -> list[str]:
+    """The pipeline's transforms as an indented tree down to max_depth levels, in the graph's order."""
+    transforms = graph.components.transforms
+    lines = []
+
+    def walk(transform_id: str, depth: int) -> None:
+        if depth >= max_depth:
+            return
+        transform = transforms[transform_id]
+        lines.append("  " * (depth + 1) + transform.unique_name.rsplit("/", 1)[-1])
+        for child in transform.subtransforms:
+            walk(child, depth + 1)
+
+    for root in graph.root_transform_ids:  # the pipeline's own root: its children are the top level
+        for child in transforms[root].subtransforms:
+            walk(child, 0)
+    return lines

@@ -97,7 +97,7 @@ def _checkout(path: str) -> str:
 
 def plan(args: argparse.Namespace, beam_args: list[str]) -> Submission:
     """The build and submission commands for these arguments, after checking them."""
-    from shardmill.transforms.output_contract import shardmill_version
+    from shardmill.transforms.output.contract import shardmill_version
 
     if not os.path.isfile(args.config):
         raise SubmitError(f"config file {args.config} does not exist")
@@ -162,8 +162,8 @@ def validate_for_runner(runner: str, run_args: list[str]) -> None:
 
     try:
         if runner == "dataflow":
-            from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner as Runner
             import apitools  # noqa: F401  (the Dataflow client; Beam imports it lazily at submission)
+            from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner as Runner
         else:
             from apache_beam.runners.portability.flink_runner import FlinkRunner as Runner
     except ImportError as err:

@@ -10,10 +10,11 @@ import math
 
 import numpy as np
 
-from shardmill.transforms.keyed_hash import STREAM_LABEL_RESERVOIR, hash_int
-from shardmill.transforms.label_sampling import round_half_up
+from shardmill.transforms.common.keyed_hash import STREAM_LABEL_RESERVOIR
+from shardmill.transforms.events.sampling import round_half_up
 
 _TWO_TO_MINUS_53 = 1.0 / (1 << 53)
+_MASK64 = (1 << 64) - 1
 
 
 class Draws:
@@ -77,3 +78,19 @@ def sample_partition(is_target, ratio, mode, seed, partition_key):
             pieces.append(np.array([targets[gap]], dtype=np.int64))
             emitted_targets += 1
     return np.concatenate(pieces), sizes, emitted_non_targets, draws
+
+
+def mix64_int(x: int) -> int:
+    """mix64 on one Python int: the same function, ~20x cheaper than a numpy scalar for loops of draws."""
+    z = (x + 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def hash_int(seed: int, stream: int, *words: int) -> int:
+    """hash_words on Python ints (each < 2^64); equal to int(hash_words(seed, stream, *words))."""
+    h = mix64_int((seed ^ stream) & _MASK64)
+    for word in words:
+        h = mix64_int(h ^ (word & _MASK64))
+    return h

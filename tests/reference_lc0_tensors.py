@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shardmill.transforms.lc0_format import RECORD_SIZES, V6_DTYPE
+from shardmill.transforms.lc0.record_format import RECORD_SIZES, V6_DTYPE
 
 V7_DTYPE = np.dtype(V6_DTYPE.descr + [("d_st", "<f4"), ("opp_played_idx", "<u2"), ("next_played_idx", "<u2"),
                                       ("reserved_v7", "<f4", (8,))])

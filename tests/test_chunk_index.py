@@ -6,7 +6,7 @@ import tarfile
 
 import pytest
 
-from shardmill.transforms.chunk_index import INDEX_SCHEMA, index_source
+from shardmill.transforms.lc0.chunk_index import INDEX_SCHEMA, index_source
 from tests.conftest import local_open, sources_of
 from tests.datagen.lc0 import gzip_bytes, make_game_records, write_tar
 

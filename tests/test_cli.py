@@ -9,9 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardmill.pipelines import cli
-from shardmill.transforms.output_contract import SHARD_VERSION_KEY, shardmill_version
+from shardmill.transforms.output.contract import SHARD_VERSION_KEY, shardmill_version
 
-SAMPLED = "chunk_pool { passes: 2 position_count: 4 hanse_sampling_threshold: 100 }\noutput { num_shards: 2 }"
+SAMPLED = "lc0 { chunk_pool { passes: 2 position_count: 4 hanse_sampling_threshold: 100 } }\noutput { num_shards: 2 }"
 TIMESTAMPED = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d (INFO|WARNING|ERROR) ", re.MULTILINE)
 
 
@@ -67,7 +67,7 @@ def test_logs_are_timestamped_and_verbosity_works_before_or_after_the_subcommand
     config, out = job
     default = shardmill("run", "--config", config, "--output", out)
     assert default.returncode == 0, default.stderr
-    assert TIMESTAMPED.search(default.stderr) and "shardmill.pipelines.lc0_job: plan:" in default.stderr
+    assert TIMESTAMPED.search(default.stderr) and "shardmill.transforms.lc0.job: plan:" in default.stderr
     assert "apache_beam" not in default.stderr  # Beam's own logs only with -v
 
     verbose = shardmill("run", "--config", config, "--output", out, "--overwrite", "-v")

@@ -8,8 +8,9 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from shardmill.pipelines import cli
-from shardmill.pipelines.count_job import run_count
-from shardmill.pipelines.inputs import InputError, expand_inputs
+from shardmill.transforms.common.discovery import InputError, expand_inputs
+from shardmill.transforms.lc0.count import run_count
+from shardmill.transforms.lc0.kind import LC0_INPUT_SUFFIXES
 
 MODES = {
     "in_process": [],
@@ -26,7 +27,7 @@ def _counts(index_path):
 def test_count_pipeline_matches_truth_on_each_execution_mode(lc0_dataset, tmp_path, mode):
     directory, truth = lc0_dataset
     result = run_count(
-        expand_inputs([directory]), "scan", 0, PipelineOptions(MODES[mode]), str(tmp_path / "index.parquet")
+        expand_inputs([directory], LC0_INPUT_SUFFIXES), "scan", 0, PipelineOptions(MODES[mode]), str(tmp_path / "index.parquet")
     )
     counts, table = _counts(result.index_path)
     assert counts == truth.expected_counts("scan")
@@ -78,7 +79,7 @@ def test_cli_count_json_output(lc0_dataset, capsys):
 def test_cli_count_uses_the_config_file(lc0_dataset, tmp_path, capsys):
     directory, truth = lc0_dataset
     config = tmp_path / "job.textproto"
-    config.write_text(f'input: "{directory}"\nindex {{ lc0_version: 6 }}\n')
+    config.write_text(f'input: "{directory}"\nlc0 {{ index {{ lc0_version: 6 }} }}\n')
     assert cli.main(["count", "--config", str(config), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     # The one V5 chunk is now a wrong_version error.
@@ -93,11 +94,11 @@ def test_cli_rejects_an_input_that_matches_nothing(tmp_path, capsys):
 
 def test_empty_directory_is_an_input_error(tmp_path):
     with pytest.raises(InputError, match="matches no .gz, .tar"):
-        expand_inputs([str(tmp_path)])
+        expand_inputs([str(tmp_path)], LC0_INPUT_SUFFIXES)
 
 
 def test_cli_rejects_an_invalid_config(tmp_path, capsys):
     config = tmp_path / "job.textproto"
-    config.write_text('input: "x" chunk_pool { hanse_sampling_gamma: -2 }')
+    config.write_text('input: "x" lc0 { chunk_pool { hanse_sampling_gamma: -2 } }')
     assert cli.main(["count", "--config", str(config)]) == 2
     assert "hanse_sampling_gamma" in capsys.readouterr().err

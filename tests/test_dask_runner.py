@@ -26,8 +26,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms.window import GlobalWindows
 
 from shardmill.pipelines.config import parse_config, validate
-from shardmill.pipelines.inputs import expand_inputs
 from shardmill.pipelines.run_job import run_job
+from shardmill.transforms.common.discovery import expand_inputs
+from shardmill.transforms.lc0.kind import LC0_INPUT_SUFFIXES
 
 distributed = pytest.importorskip("distributed", reason="dask[distributed] is not installed")
 
@@ -102,8 +103,8 @@ def test_the_lc0_job_on_dask_writes_the_bytes_of_the_in_process_run(cluster, lc0
         pytest.skip("Beam's DaskRunner lacks " + "; ".join(missing))
     directory, _ = lc0_dataset
     config = validate(parse_config(f'input: "{directory}"\nseed: 5\nmax_error_fraction: 0.5\n'
-                                   "chunk_pool { passes: 3 position_count: 5 }\noutput { num_shards: 3 }"))
-    patterns = expand_inputs(list(config.input))
+                                   "lc0 { chunk_pool { passes: 3 position_count: 5 } }\noutput { num_shards: 3 }"))
+    patterns = expand_inputs(list(config.input), LC0_INPUT_SUFFIXES)
     run_job(config, patterns, str(tmp_path / "local"), PipelineOptions([]))
     run_job(config, patterns, str(tmp_path / "dask"), dask_options(cluster))
     assert digests(tmp_path / "dask") == digests(tmp_path / "local")

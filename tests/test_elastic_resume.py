@@ -5,10 +5,10 @@ import json
 import numpy as np
 import pytest
 
-from shardmill.native_ext import ShardReader
+from shardmill.native_ext import OrderOptions, ShardOptions, ShardReader
 from tests.datagen.shards import write_output
 
-SETTINGS = dict(batch_size=16, columns=["id"], seed=5, num_epochs=3, window_row_groups=2)
+SETTINGS = dict(batch_size=16, columns=["id"], num_epochs=3, order_options=OrderOptions(seed=5, window_row_groups=2))
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ def epochs_of(batches):
 
 def run_ranks(output, count, steps, states=None):
     """`count` ranks each taking `steps` batches (None: all); their served ids by epoch, and their states."""
-    readers = [ShardReader(output, shard_index=r, shard_count=count, state=None if states is None else states[r],
+    readers = [ShardReader(output, shard_options=ShardOptions(shard_index=r, shard_count=count), state=None if states is None else states[r],
                            **SETTINGS) for r in range(count)]
     served = []
     for reader in readers:
@@ -77,12 +77,12 @@ def test_an_elastic_epoch_can_itself_be_checkpointed_and_resized_again(output):
 def test_a_checkpoint_inside_an_elastic_epoch_resumes_exactly(output):
     _, states = run_ranks(output, 2, 6)
     elastic = ShardReader.elastic_states(states, 3)
-    with ShardReader(output, shard_index=1, shard_count=3, state=elastic[1], **SETTINGS) as reader:
+    with ShardReader(output, shard_options=ShardOptions(shard_index=1, shard_count=3), state=elastic[1], **SETTINGS) as reader:
         full = [b["id"].copy() for b in reader]
-    with ShardReader(output, shard_index=1, shard_count=3, state=elastic[1], **SETTINGS) as reader:
+    with ShardReader(output, shard_options=ShardOptions(shard_index=1, shard_count=3), state=elastic[1], **SETTINGS) as reader:
         head = [next(reader)["id"].copy() for _ in range(5)]
         middle = reader.state()
-    with ShardReader(output, shard_index=1, shard_count=3, state=middle, **SETTINGS) as reader:
+    with ShardReader(output, shard_options=ShardOptions(shard_index=1, shard_count=3), state=middle, **SETTINGS) as reader:
         rest = [b["id"].copy() for b in reader]
     assert np.concatenate(head + rest).tolist() == np.concatenate(full).tolist()
 
@@ -106,4 +106,4 @@ def test_tampered_ranges_are_refused(output, ranges):
     state = json.loads(ShardReader.elastic_states(states, 2)[0])
     state["ranges"] = ranges
     with pytest.raises(ValueError, match="ranges"):
-        ShardReader(output, shard_index=0, shard_count=2, state=json.dumps(state).encode(), **SETTINGS)
+        ShardReader(output, shard_options=ShardOptions(shard_index=0, shard_count=2), state=json.dumps(state).encode(), **SETTINGS)

@@ -2,7 +2,7 @@
 
 import pyarrow as pa
 
-from shardmill.transforms.event_schema import PartitionSchema, conform, unify_schemas
+from shardmill.transforms.events.schema import PartitionSchema, conform, unify_schemas
 
 
 def part(name, records, **types):

@@ -1,10 +1,11 @@
 """Event sources for label sampling: three formats, every malformed row dead-lettered with its line."""
 
 import pyarrow as pa
-import pytest
 import pyarrow.parquet as pq
+import pytest
 
-from shardmill.transforms.event_sources import EventReadOptions, read_events
+from shardmill.transforms.events.formats import EventReadOptions
+from shardmill.transforms.events.readers import read_events
 from tests.conftest import local_open
 
 
@@ -69,7 +70,7 @@ def test_missing_label_column_and_unreadable_files_are_one_dead_letter(tmp_path)
 
 # ---- ranges of large files ----------------------------------------------------
 
-from shardmill.transforms.event_sources import split_file  # noqa: E402
+from shardmill.transforms.events.partitions import split_file  # noqa: E402
 
 
 def read_range(part, label="clicked"):
@@ -128,7 +129,8 @@ import json  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from shardmill.transforms.event_sources import RecordEndScanner, common_root  # noqa: E402
+from shardmill.transforms.events.partitions import common_root  # noqa: E402
+from shardmill.transforms.events.record_ends import RecordEndScanner
 
 
 def _quoted_csv(rows: int) -> str:
@@ -258,13 +260,13 @@ def test_partitions_are_named_by_their_path_below_the_inputs_root(tmp_path):
 
 @pytest.mark.parametrize("block", [1, 7, 64, 1000])
 def test_splitting_scans_in_blocks_with_the_same_cuts_as_one_pass(tmp_path, monkeypatch, block):
-    from shardmill.transforms import event_sources
+    from shardmill.transforms.events import partitions
 
     path = tmp_path / "quoted.csv"
     path.write_text(_quoted_csv(300))
     size = path.stat().st_size
     whole = split_file(str(path), size, 700, opener=local_open)
-    monkeypatch.setattr(event_sources, "SCAN_BLOCK_BYTES", block)
+    monkeypatch.setattr(partitions, "SCAN_BLOCK_BYTES", block)
     assert split_file(str(path), size, 700, opener=local_open) == whole and len(whole) > 5
     stray = tmp_path / "stray.csv"
     stray.write_text("id,note,clicked\n" + "".join(f'{i},"a"b,{i % 2}\n' for i in range(200)))  # b after a close
@@ -273,7 +275,7 @@ def test_splitting_scans_in_blocks_with_the_same_cuts_as_one_pass(tmp_path, monk
 
 
 def test_splitting_never_holds_more_than_a_block_of_the_file(tmp_path, monkeypatch):
-    from shardmill.transforms import event_sources
+    from shardmill.transforms.events import partitions
 
     path = tmp_path / "big.csv"
     path.write_text(_quoted_csv(2000))
@@ -284,7 +286,7 @@ def test_splitting_never_holds_more_than_a_block_of_the_file(tmp_path, monkeypat
             reads.append(size)
             return super().read(size)
 
-    monkeypatch.setattr(event_sources, "SCAN_BLOCK_BYTES", 4096)
+    monkeypatch.setattr(partitions, "SCAN_BLOCK_BYTES", 4096)
     ranges = split_file(str(path), path.stat().st_size, 10_000, opener=lambda p: Recording(p, "rb"))
     assert len(ranges) > 4 and reads and all(0 < size <= 4096 for size in reads)
 

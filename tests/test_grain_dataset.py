@@ -11,8 +11,10 @@ import pytest
 grain = pytest.importorskip("grain")
 
 from shardmill.native_ext import ShardReader  # noqa: E402
+from shardmill.native_ext import OrderOptions, ShardOptions
 from shardmill.native_ext.grain_dataset import ShardDataSource, ShardIterDataset  # noqa: E402
 from tests.datagen.shards import write_output  # noqa: E402
+from tests.support.reader_args import reader_args
 
 
 @pytest.fixture(scope="module")
@@ -28,15 +30,15 @@ def ids(batches):
 
 def test_the_iter_dataset_is_the_readers_stream(output):
     kwargs = dict(seed=4, num_epochs=2)
-    with ShardReader(output, 32, ["id"], **kwargs) as reader:
+    with ShardReader(output, 32, ["id"], **reader_args(**kwargs)) as reader:
         expected = ids(list(reader))
-    assert ids(list(ShardIterDataset(output, 32, ["id"], **kwargs))) == expected
-    doubled = ShardIterDataset(output, 32, ["id"], **kwargs).map(lambda b: {"id": b["id"] * 2})
+    assert ids(list(ShardIterDataset(output, 32, ["id"], **reader_args(**kwargs)))) == expected
+    doubled = ShardIterDataset(output, 32, ["id"], **reader_args(**kwargs)).map(lambda b: {"id": b["id"] * 2})
     assert ids(list(doubled)) == [2 * i for i in expected]
 
 
 def test_get_state_and_set_state_resume_exactly_even_through_json(output):
-    dataset = ShardIterDataset(output, 32, ["id"], seed=4, num_epochs=2)
+    dataset = ShardIterDataset(output, 32, ["id"], order_options=OrderOptions(seed=4), num_epochs=2)
     full = ids(list(dataset))
     iterator = iter(dataset)
     head = [next(iterator) for _ in range(23)]
@@ -51,7 +53,7 @@ def test_get_state_and_set_state_resume_exactly_even_through_json(output):
 def test_the_data_source_serves_every_record_by_its_index(output):
     source = ShardDataSource(output, ["id", "frame"], cached_row_groups=2)
     assert len(source) == 1253
-    with ShardReader(output, 2000, ["id", "frame"], shuffle=False) as reader:
+    with ShardReader(output, 2000, ["id", "frame"], order_options=OrderOptions(shuffle=False)) as reader:
         rows = next(reader)
     for i in (0, 46, 47, 499, 500, 919, 920, 1252):
         record = source[i]
@@ -65,7 +67,7 @@ def test_the_data_source_is_picklable_and_thread_safe(output):
     keys = np.random.default_rng(0).integers(0, len(source), 4000)
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         got = list(pool.map(lambda k: int(source[k]["id"]), keys))
-    with ShardReader(output, 2000, ["id"], shuffle=False) as reader:
+    with ShardReader(output, 2000, ["id"], order_options=OrderOptions(shuffle=False)) as reader:
         all_ids = next(reader)["id"]
     assert got == all_ids[keys].tolist()
 
@@ -85,7 +87,7 @@ def test_simulated_jax_hosts_read_disjoint_equal_slices(output, hosts):
     """What each of `hosts` JAX processes runs (process_index, process_count), in one test."""
     per_host = []
     for process_index in range(hosts):
-        dataset = ShardIterDataset(output, 64, ["id"], seed=9, shard_index=process_index, shard_count=hosts)
+        dataset = ShardIterDataset(output, 64, ["id"], order_options=OrderOptions(seed=9), shard_options=ShardOptions(shard_index=process_index, shard_count=hosts))
         per_host.append(ids(list(dataset)))
     union = [i for host in per_host for i in host]
     assert len(union) == len(set(union)) and 1253 - len(union) < hosts

@@ -6,8 +6,8 @@ import zlib
 
 import pytest
 
-from shardmill.transforms import gzip_chunks
-from shardmill.transforms.gzip_chunks import ChunkError, ChunkSpan, count_records, inflate_chunk
+from shardmill.transforms.lc0 import gzip_chunks
+from shardmill.transforms.lc0.gzip_chunks import ChunkError, ChunkSpan, count_records, inflate_chunk
 from tests.datagen.lc0 import gzip_bytes, make_game_records, raw_records
 
 V6 = 8356

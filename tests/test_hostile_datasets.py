@@ -16,17 +16,17 @@ import textwrap
 
 import pytest
 
-from shardmill.native_ext import ShardReader
+from shardmill.native_ext import OrderOptions, ReadOptions, ShardReader
 from tests.datagen.shards import write_output
 
 RUNNER = textwrap.dedent("""
     import json, sys
-    from shardmill.native_ext import OutputError, ShardReader
+    from shardmill.native_ext import OutputError, ReadOptions, ShardReader
     for case in json.loads(sys.argv[1]):
         print(json.dumps({"case": case["name"], "started": True}), flush=True)
         try:
             with ShardReader(case["path"], batch_size=64, columns=case.get("columns", ["frame", "id"]),
-                             verify_checksums=case.get("verify", False)) as reader:
+                             read_options=ReadOptions(verify_checksums=case.get("verify", False))) as reader:
                 rows = sum(len(b["id"]) for b in reader)
             outcome = {"rows": rows}
         except OutputError as err:
@@ -163,7 +163,7 @@ def test_a_checksum_cannot_be_bypassed_by_another_spelling_of_the_path(dataset, 
 
 def test_relative_paths_serve_the_same_stream_as_absolute(dataset, tmp_path, monkeypatch):
     def stream(path):
-        with ShardReader(path, batch_size=50, columns=["id"], seed=4) as reader:
+        with ShardReader(path, batch_size=50, columns=["id"], order_options=OrderOptions(seed=4)) as reader:
             return [int(i) for b in reader for i in b["id"]]
 
     expected = stream(str(dataset))
@@ -224,7 +224,7 @@ def test_an_unsupported_column_type_is_refused_at_construction_naming_it(tmp_pat
 def test_threads_sharing_a_reader_get_every_row_exactly_once(dataset):
     import threading
 
-    reader = ShardReader(str(dataset), batch_size=7, columns=["id"], seed=2, num_threads=2)
+    reader = ShardReader(str(dataset), batch_size=7, columns=["id"], order_options=OrderOptions(seed=2), read_options=ReadOptions(num_threads=2))
     seen, errors = [], []
 
     def consume():

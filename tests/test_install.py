@@ -5,8 +5,6 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 from tests.datagen.shards import write_output
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -14,9 +12,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 READ = """
 import importlib.util, json, sys
 assert importlib.util.find_spec("apache_beam") is None, "Beam came with the reader"
-from shardmill.native_ext import ShardReader
+from shardmill.native_ext import OrderOptions, ShardReader
 rows = 0
-with ShardReader(sys.argv[1], 64, ["frame"], seed=1) as reader:
+with ShardReader(sys.argv[1], 64, ["frame"], order_options=OrderOptions(seed=1)) as reader:
     for batch in reader:
         rows += len(batch["frame"])
 print(json.dumps({"rows": rows}))

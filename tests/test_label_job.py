@@ -11,8 +11,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from shardmill.pipelines import cli
 from shardmill.pipelines.config import parse_config, validate
-from shardmill.pipelines.inputs import EVENT_SUFFIXES, expand_inputs
 from shardmill.pipelines.run_job import run_job
+from shardmill.transforms.common.discovery import expand_inputs
+from shardmill.transforms.events.formats import EVENT_SUFFIXES
 from tests.test_run_job import MULTI_PROCESSING, file_digests, read_errors
 
 
@@ -110,7 +111,7 @@ def test_the_native_reader_serves_a_label_sampling_output(event_logs, tmp_path):
 
     directory, truth = event_logs
     manifest = run(directory, tmp_path, "EXACT", ratio=2)
-    with ShardReader(str(tmp_path), batch_size=64, columns=["clicked", "_row"], seed=1) as reader:
+    with ShardReader(str(tmp_path), batch_size=64, columns=["clicked", "_row"], order_options=OrderOptions(seed=1)) as reader:
         batches = list(reader)
     clicked = [int(x) for b in batches for x in b["clicked"]]
     assert len(clicked) == sum(s["rows"] for s in manifest["shards"])
@@ -119,9 +120,11 @@ def test_the_native_reader_serves_a_label_sampling_output(event_logs, tmp_path):
 
 # ---- logs as they really arrive ---------------------------------------------------
 
-from shardmill.transforms.event_sources import EventReadOptions, read_events  # noqa: E402
-from shardmill.transforms.keyed_hash import fingerprint  # noqa: E402
-from shardmill.transforms.label_sampling import exact_keep_count, exact_priorities  # noqa: E402
+from shardmill.native_ext import OrderOptions
+from shardmill.transforms.common.keyed_hash import fingerprint  # noqa: E402
+from shardmill.transforms.events.formats import EventReadOptions
+from shardmill.transforms.events.readers import read_events  # noqa: E402
+from shardmill.transforms.events.sampling import exact_keep_count, exact_priorities  # noqa: E402
 from tests.stats import binomial_pmf  # noqa: E402
 
 

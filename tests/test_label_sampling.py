@@ -8,19 +8,12 @@ import math
 import numpy as np
 import pytest
 
-from shardmill.transforms import keyed_hash
-from shardmill.transforms.label_sampling import (
-    exact_keep_count,
-    exact_priorities,
-    exact_select,
-    exact_cut,
-    exact_threshold,
-    in_bucket,
-    priority_histogram,
-    reservoir_sample,
-    sample_partition,
-)
+from shardmill.transforms.common import keyed_hash
+from shardmill.transforms.events.sampling import (exact_cut, exact_keep_count, exact_priorities, exact_select,
+                                                  exact_threshold, in_bucket, priority_histogram, reservoir_sample,
+                                                  sample_partition)
 from tests import reference_label_sampling as reference
+from tests.reference_label_sampling import hash_int
 from tests.stats import chi_square_test
 
 ALPHA = 1e-3
@@ -34,7 +27,7 @@ def test_scalar_hash_equals_the_vectorised_generator():
     rng = np.random.default_rng(1)
     for _ in range(100):
         words = [int(x) for x in rng.integers(0, 2**63, 4)]
-        assert keyed_hash.hash_int(*words) == int(keyed_hash.hash_words(*words))
+        assert hash_int(*words) == int(keyed_hash.hash_words(*words))
 
 
 def test_native_kernel_matches_the_python_reference_bit_for_bit():

@@ -13,9 +13,9 @@ import os
 import numpy as np
 import pytest
 
-from shardmill.native_ext import OutputError, ShardReader
+from shardmill.native_ext import Lc0Tensors, OrderOptions, OutputError, ShardReader
 from shardmill.native_ext._native import lc0_tensors
-from shardmill.transforms.lc0_format import RECORD_SIZES, V6_DTYPE
+from shardmill.transforms.lc0.record_format import RECORD_SIZES, V6_DTYPE
 from tests import reference_lc0_tensors as ref
 from tests.datagen.shards import write_output
 
@@ -253,8 +253,7 @@ def fixture_output(directory, name: str) -> np.ndarray:
 def test_the_reader_serves_tensors_of_each_batch_in_its_order(tmp_path, convention, batch_size):
     records = fixture_output(tmp_path, "frames_v6_3.bin.gz")
     expected = (ref.loader if convention == "loader" else ref.chunkparser)(records)
-    with ShardReader(str(tmp_path), batch_size=batch_size, seed=4, lc0_tensors=convention, planes="float16",
-                     window_row_groups=2) as reader:
+    with ShardReader(str(tmp_path), batch_size=batch_size, order_options=OrderOptions(seed=4, window_row_groups=2), converter=Lc0Tensors(convention, planes="float16")) as reader:
         batches = list(reader)
     assert sum(len(b["record_index"]) for b in batches) == len(records)
     for batch in batches:
@@ -267,15 +266,15 @@ def test_the_reader_serves_tensors_of_each_batch_in_its_order(tmp_path, conventi
 @needs_fixtures
 def test_a_record_the_convention_cannot_read_names_its_shard_and_row(tmp_path):
     records = fixture_output(tmp_path, "frames_v5_3.bin.gz")
-    with ShardReader(str(tmp_path), batch_size=8, shuffle=False, lc0_tensors="chunkparser") as reader:
+    with ShardReader(str(tmp_path), batch_size=8, order_options=OrderOptions(shuffle=False), converter=Lc0Tensors("chunkparser")) as reader:
         assert sum(len(b["planes"]) for b in reader) == len(records)
-    with ShardReader(str(tmp_path), batch_size=8, shuffle=False, lc0_tensors="loader") as reader:
+    with ShardReader(str(tmp_path), batch_size=8, order_options=OrderOptions(shuffle=False), converter=Lc0Tensors("loader")) as reader:
         with pytest.raises(OutputError, match=r"shard-00000\S*: row 0: a version 5 record: the loader convention"):
             next(reader)
-    with pytest.raises(ValueError, match="lc0_tensors must be"):
-        ShardReader(str(tmp_path), lc0_tensors="tf")
+    with pytest.raises(ValueError, match="Lc0Tensors.convention must be one of"):
+        ShardReader(str(tmp_path), converter=Lc0Tensors("tf"))
     with pytest.raises(ValueError, match="planes must be one of"):
-        ShardReader(str(tmp_path), lc0_tensors="loader", planes="int4")
+        ShardReader(str(tmp_path), converter=Lc0Tensors("loader", planes="int4"))
 
 
 @needs_fixtures
@@ -287,7 +286,7 @@ def test_only_batches_holding_a_bad_record_fail_and_the_stream_goes_on(tmp_path)
     manifest = write_output(str(tmp_path), [100, len(records) - 100], 16, records.shape[1],
                             frames=lambda ids, width: records[ids])
     served, named = [], set()
-    with ShardReader(str(tmp_path), batch_size=8, seed=3, lc0_tensors="chunkparser", window_row_groups=2) as reader:
+    with ShardReader(str(tmp_path), batch_size=8, order_options=OrderOptions(seed=3, window_row_groups=2), converter=Lc0Tensors("chunkparser")) as reader:
         while True:
             try:
                 batch = next(reader)
@@ -311,7 +310,7 @@ def test_the_torch_adapter_passes_the_tensors_through(tmp_path):
 
     records = fixture_output(tmp_path, "frames_v6_1.bin.gz")
     expected = ref.loader(records)
-    dataset = ShardIterableDataset(str(tmp_path), batch_size=64, lc0_tensors="loader", planes="bfloat16", seed=2)
+    dataset = ShardIterableDataset(str(tmp_path), batch_size=64, order_options=OrderOptions(seed=2), converter=Lc0Tensors("loader", planes="bfloat16"))
     batches = list(torch.utils.data.DataLoader(dataset, batch_size=None))
     assert sum(len(b["planes"]) for b in batches) == len(records)
     batch = batches[0]
@@ -364,8 +363,7 @@ def test_the_grain_adapter_passes_the_tensors_through(tmp_path):
 
     records = fixture_output(tmp_path, "frames_v6_2.bin.gz")
     expected = ref.chunkparser(records)
-    iterator = iter(ShardIterDataset(str(tmp_path), batch_size=50, seed=1, lc0_tensors="chunkparser",
-                                     planes="uint8"))
+    iterator = iter(ShardIterDataset(str(tmp_path), batch_size=50, order_options=OrderOptions(seed=1), converter=Lc0Tensors("chunkparser", planes="uint8")))
     batch = next(iterator)
     rows = batch["record_index"]
     np.testing.assert_array_equal(ref.decoded_planes(batch, "uint8"), expected["planes"][rows])

@@ -6,17 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from shardmill.transforms.megatron_index import (
-    DTYPES,
-    IndexedDatasetError,
-    build_gpt_indices,
-    build_sample_index,
-    parse_index,
-    read_sequence,
-    sample_tokens,
-)
+from shardmill.transforms.tokens.megatron_index import (DTYPES, IndexedDatasetError, build_gpt_indices,
+                                                        build_sample_index, parse_index, read_sequence, sample_tokens)
 from tests.datagen.megatron import write_indexed_dataset
-
 
 # ---- an independent re-statement of Megatron-LM's GPTDataset index building ----------
 

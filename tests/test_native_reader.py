@@ -10,11 +10,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardmill import native_ext
-from shardmill.native_ext import OutputError, ShardReader, _native_testing
-from shardmill.native_ext.reader import frames_as
-from shardmill.transforms.lc0_format import V6_DTYPE
-from shardmill.transforms import keyed_hash
+from shardmill.native_ext import (Lc0Tensors, OrderOptions, OutputError, ReadOptions, ShardOptions, ShardReader,
+                                  _native_testing)
+from shardmill.transforms.common import keyed_hash
+from shardmill.transforms.lc0.record_format import V6_DTYPE
 from tests.datagen.shards import extra_values, frame_bytes, write_output
+from tests.support.reader_args import frames_as, reader_args
 
 N_ROWS = [1000, 777, 1301]  # 3078 rows; row groups of 64 -> 50 row groups, ragged ends
 
@@ -33,7 +34,7 @@ def read_all(reader):
 
 def epoch_ids(output, **kwargs):
     kwargs.setdefault("columns", ["frame", "id"])
-    with ShardReader(output, **kwargs) as reader:
+    with ShardReader(output, **reader_args(**kwargs)) as reader:
         return read_all(reader)
 
 
@@ -146,10 +147,10 @@ def test_wide_rows_copied_another_way_follow_the_same_order(output, tmp_path, wi
     assert (narrow_ids == wide_ids).all()
     for b in wide_batches:
         assert (b["frame"] == frame_bytes(b["id"], width)).all() and (b["record_index"] == b["id"]).all()
-    with ShardReader(wide, columns=["frame", "id"], **settings) as reader:
+    with ShardReader(wide, columns=["frame", "id"], **reader_args(**settings)) as reader:
         head = [next(reader) for _ in range(13)]
         state = reader.state()
-    with ShardReader(wide, columns=["frame", "id"], state=state, **settings) as resumed:
+    with ShardReader(wide, columns=["frame", "id"], state=state, **reader_args(**settings)) as resumed:
         tail = np.concatenate([b["id"] for b in resumed])
     assert (np.concatenate([b["id"] for b in head] + [tail]) == wide_ids).all()
 
@@ -160,8 +161,7 @@ def test_megabyte_row_groups_decoded_into_recycled_buffers_keep_their_bytes(tmp_
     # through the reader's recycling pool and are reused window after window.
     directory = str(tmp_path / "big")
     write_output(directory, [6000, 5000], row_group_rows=2000, width=width)
-    with ShardReader(directory, batch_size=500, columns=["frame", "id"], num_epochs=4, seed=2,
-                     window_row_groups=2, prefetch_windows=1) as reader:
+    with ShardReader(directory, batch_size=500, columns=["frame", "id"], num_epochs=4, order_options=OrderOptions(seed=2, window_row_groups=2), read_options=ReadOptions(prefetch_windows=1)) as reader:
         batches = list(reader)
     ids = np.concatenate([b["id"] for b in batches])
     assert len(ids) == 4 * 11000
@@ -179,11 +179,11 @@ def test_window_buffers_a_closed_reader_gave_back_are_cached_reused_and_released
     write_output(directory, [6000, 5000], row_group_rows=2000, width=600)
     native_ext.release_cached_memory()
     settings = dict(batch_size=500, columns=["frame", "id"], seed=2, window_row_groups=2, prefetch_windows=1)
-    with ShardReader(directory, **settings) as reader:
+    with ShardReader(directory, **reader_args(**settings)) as reader:
         first = [b["id"] for b in reader]
     cached = native_ext.cached_memory_bytes()
     assert 0 < cached <= 512 << 20
-    with ShardReader(directory, **settings) as reader:
+    with ShardReader(directory, **reader_args(**settings)) as reader:
         second = [b["id"] for b in reader]
     assert (np.concatenate(first) == np.concatenate(second)).all()
     cached = native_ext.cached_memory_bytes()
@@ -208,12 +208,12 @@ def test_batches_viewing_window_buffers_outlive_the_reader_and_later_readers(tmp
     directory = str(tmp_path / "views")
     write_output(directory, [3000, 2500], row_group_rows=500, width=600)
     settings = dict(batch_size=128, columns=["frame", "id"], seed=4, window_row_groups=2, prefetch_windows=1)
-    with ShardReader(directory, **settings) as reader:
+    with ShardReader(directory, **reader_args(**settings)) as reader:
         held = list(reader)
     for b in held[::3]:
         b["frame"][:] = 0
     for _ in range(2):
-        with ShardReader(directory, **dict(settings, seed=5)) as other:
+        with ShardReader(directory, **reader_args(**dict(settings, seed=5))) as other:
             for b in other:
                 assert (b["frame"] == frame_bytes(b["id"], 600)).all()
     for i, b in enumerate(held):
@@ -231,13 +231,13 @@ def test_resume_from_state_reproduces_the_remaining_stream(output, batch_size, s
     # have 64 rows, windows 8 row groups).
     settings = dict(batch_size=batch_size, num_epochs=2, seed=3, shard_index=1, shard_count=2,
                     columns=["frame", "id"])
-    with ShardReader(output, **settings) as reader:
+    with ShardReader(output, **reader_args(**settings)) as reader:
         full = list(reader)
-    with ShardReader(output, **settings) as reader:
+    with ShardReader(output, **reader_args(**settings)) as reader:
         head = [next(reader) for _ in range(stop_after)]
         state = reader.state()
     assert len(state) < 1024
-    with ShardReader(output, state=state, num_threads=1, **settings) as resumed:
+    with ShardReader(output, state=state, read_options=ReadOptions(num_threads=1), **reader_args(**settings)) as resumed:
         tail = list(resumed)
     assert len(head) + len(tail) == len(full)
     for got, want in zip(head + tail, full):
@@ -246,13 +246,13 @@ def test_resume_from_state_reproduces_the_remaining_stream(output, batch_size, s
 
 
 def test_state_from_other_settings_is_refused(output):
-    with ShardReader(output, batch_size=10, seed=1) as reader:
+    with ShardReader(output, batch_size=10, order_options=OrderOptions(seed=1)) as reader:
         next(reader)
         state = reader.state()
     with pytest.raises(ValueError, match="seed"):
-        ShardReader(output, batch_size=10, seed=2, state=state)
+        ShardReader(output, batch_size=10, order_options=OrderOptions(seed=2), state=state)
     with pytest.raises(ValueError, match="not a ShardReader state"):
-        ShardReader(output, batch_size=10, seed=1, state=b"garbage")
+        ShardReader(output, batch_size=10, order_options=OrderOptions(seed=1), state=b"garbage")
 
 
 # ---- real job output ------------------------------------------------------------
@@ -261,17 +261,18 @@ def test_reads_a_shardmill_run_output(lc0_dataset, tmp_path):
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from shardmill.pipelines.config import parse_config, validate
-    from shardmill.pipelines.inputs import expand_inputs
     from shardmill.pipelines.run_job import run_job
+    from shardmill.transforms.common.discovery import expand_inputs
+    from shardmill.transforms.lc0.kind import LC0_INPUT_SUFFIXES
 
     directory, _ = lc0_dataset
     config = validate(parse_config(
-        f'input: "{directory}"\nindex {{ lc0_version: 6 }}\nchunk_pool {{ position_count: 3 }}\nmax_error_fraction: 0.5\n'
+        f'input: "{directory}"\nlc0 {{ index {{ lc0_version: 6 }} chunk_pool {{ position_count: 3 }} }}\nmax_error_fraction: 0.5\n'
         'output { num_shards: 3 row_group_bytes: 200000 }'))
     out = str(tmp_path / "out")
-    manifest = run_job(config, expand_inputs([directory]), out, PipelineOptions([]))
+    manifest = run_job(config, expand_inputs([directory], LC0_INPUT_SUFFIXES), out, PipelineOptions([]))
     expected = pa.concat_tables([pq.read_table(os.path.join(out, s["path"])) for s in manifest["shards"]])
-    with ShardReader(out, batch_size=32, columns=["frame", "chunk", "position"], seed=8) as reader:
+    with ShardReader(out, batch_size=32, columns=["frame", "chunk", "position"], order_options=OrderOptions(seed=8)) as reader:
         batches = list(reader)
     index = np.concatenate([b["record_index"] for b in batches])
     assert sorted(index.tolist()) == list(range(expected.num_rows))
@@ -400,7 +401,7 @@ def test_corrupt_shard_raises_naming_the_file_instead_of_aborting(broken):
         data[i] ^= 0xA5
     open(path, "wb").write(bytes(data))
     with pytest.raises(OutputError, match="g000001-shard-00000-of-00003.parquet"):
-        list(ShardReader(broken, columns=["frame", "id"], shuffle=False))
+        list(ShardReader(broken, columns=["frame", "id"], order_options=OrderOptions(shuffle=False)))
 
 
 @pytest.mark.parametrize("nullable", [True, False])
@@ -421,7 +422,7 @@ def test_corrupt_pages_of_wide_rows_raise_naming_the_file(tmp_path, nullable):
     data[frames[len(frames) // 2]] ^= 0xFF
     open(path, "wb").write(bytes(data))
     with pytest.raises(OutputError, match="g000001-shard-00001-of-00003.parquet"):
-        list(ShardReader(directory, columns=["frame", "id"], batch_size=64, seed=3))
+        list(ShardReader(directory, columns=["frame", "id"], batch_size=64, order_options=OrderOptions(seed=3)))
 
 
 def test_truncated_shard_with_a_matching_manifest_raises(broken):
@@ -441,7 +442,7 @@ def test_checksum_mismatch_is_refused_when_verifying(broken):
     _save(broken, manifest)
     ShardReader(broken).close()  # sizes match: accepted without verification
     with pytest.raises(OutputError, match="SHA-256"):
-        ShardReader(broken, verify_checksums=True)
+        ShardReader(broken, read_options=ReadOptions(verify_checksums=True))
 
 
 def test_schema_mismatch_between_shards_raises(broken):
@@ -462,10 +463,47 @@ def test_schema_mismatch_between_shards_raises(broken):
         (dict(columns=["source"]), "column 'source' is string"),
         (dict(columns=["nope"]), "no column 'nope'"),
         (dict(batch_size=0), "batch_size must be >= 1"),
-        (dict(shard_index=2, shard_count=2), "shard_index must be in"),
-        (dict(window_row_groups=0), "window_row_groups must be >= 1"),
     ],
 )
 def test_bad_arguments_raise_clear_errors(output, kwargs, message):
     with pytest.raises(OutputError, match=message):
-        ShardReader(output, **kwargs)
+        ShardReader(output, **reader_args(**kwargs))
+
+
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (lambda: OrderOptions(seed=-1), r"OrderOptions.seed must be an integer in 0..18446744073709551615, got -1"),
+        (lambda: OrderOptions(seed=1 << 64), r"OrderOptions.seed must be an integer"),
+        (lambda: OrderOptions(shuffle=1), r"OrderOptions.shuffle must be True or False, got 1"),
+        (lambda: OrderOptions(window_row_groups=0), r"OrderOptions.window_row_groups must be an integer in 1\.\."),
+        (lambda: OrderOptions(window_row_groups=2.0), r"OrderOptions.window_row_groups must be an integer"),
+        (lambda: ShardOptions(shard_index=2, shard_count=2), r"ShardOptions.shard_index must be an integer in 0..1, got 2"),
+        (lambda: ShardOptions(shard_count=0), r"ShardOptions.shard_count must be an integer in 1\.\."),
+        (lambda: ShardOptions(shard_index=True), r"ShardOptions.shard_index must be an integer"),
+        (lambda: ReadOptions(num_threads=0), r"ReadOptions.num_threads must be an integer in 1\.\.1024, got 0"),
+        (lambda: ReadOptions(prefetch_windows=-1), r"ReadOptions.prefetch_windows must be an integer in 0\.\.64"),
+        (lambda: ReadOptions(verify_checksums="yes"), r"ReadOptions.verify_checksums must be True or False"),
+        (lambda: Lc0Tensors("tf"), r"Lc0Tensors.convention must be one of loader, chunkparser, got 'tf'"),
+        (lambda: Lc0Tensors(planes="int4"), r"Lc0Tensors.planes must be one of float32"),
+    ],
+)
+def test_reader_option_objects_validate_themselves(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_reader_options_are_frozen_and_checked_by_type(output):
+    options = OrderOptions(seed=3)
+    with pytest.raises(AttributeError):
+        options.seed = 4
+    with pytest.raises(TypeError, match="order_options must be a OrderOptions, got dict"):
+        ShardReader(output, order_options={"seed": 3})
+    with pytest.raises(TypeError, match="shard_options must be a ShardOptions, got tuple"):
+        ShardReader(output, shard_options=(0, 2))
+    with pytest.raises(ValueError, match="the converter reads column"):
+        ShardReader(output, columns=["id"], converter=Lc0Tensors())
+    with ShardReader(output, 100, ["id"], order_options=OrderOptions(seed=3),
+                     shard_options=ShardOptions(1, 2)) as a, \
+            ShardReader(output, 100, ["id"], order_options=options, shard_options=ShardOptions(1, 2)) as b:
+        assert [x["id"].tolist() for x in a] == [y["id"].tolist() for y in b]

@@ -19,17 +19,19 @@ import pyarrow.parquet as pq
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from shardmill.native_ext import OutputError, ShardReader, load_manifest
+from shardmill.native_ext import OrderOptions, OutputError, ReadOptions, ShardReader, load_manifest
 from shardmill.pipelines import cli
 from shardmill.pipelines.config import parse_config, validate
-from shardmill.pipelines.inputs import expand_inputs
 from shardmill.pipelines.run_job import run_job
-from shardmill.transforms import output_lifecycle as lifecycle
-from shardmill.transforms.output_claim import ClaimHeldError, ClaimInfo, OutputClaim
+from shardmill.transforms.common.discovery import expand_inputs
+from shardmill.transforms.lc0.kind import LC0_INPUT_SUFFIXES
+from shardmill.transforms.output import claim as claim_module
+from shardmill.transforms.output import lifecycle
+from shardmill.transforms.output.claim import ClaimHeldError, ClaimInfo, OutputClaim
 from tests.datagen.shards import write_output
 
 SHARDMILL = os.path.join(os.path.dirname(sys.executable), "shardmill")
-JOB = 'chunk_pool {{ passes: {passes} position_count: 4 }}\noutput {{ num_shards: 3 }}\nmax_error_fraction: 0.5\n'
+JOB = 'lc0 {{ chunk_pool {{ passes: {passes} position_count: 4 }} }}\noutput {{ num_shards: 3 }}\nmax_error_fraction: 0.5\n'
 
 
 def write_config(path, directory, seed, passes=2):
@@ -44,7 +46,7 @@ def shardmill(*args, **kwargs):
 def content(out):
     """What a reader sees in an output: the shards' checksums, after reading every row with checksums on."""
     manifest = load_manifest(str(out), verify_checksums=True)
-    with ShardReader(str(out), batch_size=500, columns=["position"], verify_checksums=True, shuffle=False) as reader:
+    with ShardReader(str(out), batch_size=500, columns=["position"], read_options=ReadOptions(verify_checksums=True), order_options=OrderOptions(shuffle=False)) as reader:
         rows = sum(len(batch["position"]) for batch in reader)
     assert rows == sum(s["rows"] for s in manifest["shards"])
     return tuple(s["sha256"] for s in manifest["shards"])
@@ -193,10 +195,18 @@ def test_a_fresh_claim_of_another_host_is_not_broken_even_when_asked(tmp_path):
         claim.acquire(break_stale=True)
 
 
+@pytest.fixture
+def listing_protocol(monkeypatch):
+    """Claims on this local disk taken as on an object store: through the listing protocol."""
+    monkeypatch.setattr(claim_module, "is_local", lambda path: False)
+
+
 @pytest.mark.parametrize("local", [True, False], ids=["exclusive-create", "listing-protocol"])
-def test_claims_exclude_each_other_and_release_idempotently(tmp_path, local):
-    first = OutputClaim(str(tmp_path), "run-a", local=local)
-    second = OutputClaim(str(tmp_path), "run-b", local=local)
+def test_claims_exclude_each_other_and_release_idempotently(tmp_path, local, monkeypatch):
+    if not local:
+        monkeypatch.setattr(claim_module, "is_local", lambda path: False)
+    first = OutputClaim(str(tmp_path), "run-a")
+    second = OutputClaim(str(tmp_path), "run-b")
     first.acquire()
     with pytest.raises(ClaimHeldError, match="in use by run run-a"):
         second.acquire()
@@ -210,9 +220,9 @@ def test_claims_exclude_each_other_and_release_idempotently(tmp_path, local):
     assert os.listdir(tmp_path / "_claims" if not local else tmp_path) == []
 
 
-def test_listing_protocol_orders_claims_by_the_stores_timestamp(tmp_path):
-    late = OutputClaim(str(tmp_path), "b-late", local=False)
-    early = OutputClaim(str(tmp_path), "z-early", local=False)
+def test_listing_protocol_orders_claims_by_the_stores_timestamp(tmp_path, listing_protocol):
+    late = OutputClaim(str(tmp_path), "b-late")
+    early = OutputClaim(str(tmp_path), "z-early")
     early.acquire()
     # A claim written after another loses whatever its name, and withdraws.
     with pytest.raises(ClaimHeldError, match="z-early"):
@@ -220,12 +230,12 @@ def test_listing_protocol_orders_claims_by_the_stores_timestamp(tmp_path):
     assert sorted(os.listdir(tmp_path / "_claims")) == ["z-early.alive", "z-early.json"]
 
 
-def test_listing_protocol_breaks_a_dead_processes_claim(tmp_path):
+def test_listing_protocol_breaks_a_dead_processes_claim(tmp_path, listing_protocol):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     os.makedirs(tmp_path / "_claims")
     info = ClaimInfo("gone", ClaimInfo.for_this_process("x").host, int(dead.stdout), None, time.time())
     (tmp_path / "_claims" / "gone.json").write_bytes(info.to_bytes())
-    notes = OutputClaim(str(tmp_path), "next", local=False).acquire()
+    notes = OutputClaim(str(tmp_path), "next").acquire()
     assert any("broke the claim" in n for n in notes)
     assert sorted(os.listdir(tmp_path / "_claims")) == ["next.alive", "next.json"]
 
@@ -240,8 +250,8 @@ def staged_overwrite(lc0_dataset, tmp_path_factory):
     directory, _ = lc0_dataset
     out = tmp_path_factory.mktemp("staged") / "out"
     config = validate(parse_config(f'input: "{directory}"\nseed: 1\nmax_error_fraction: 0.5\n'
-                                   'chunk_pool { position_count: 3 }\noutput { num_shards: 4 overwrite: true }'))
-    inputs = expand_inputs(list(config.input))
+                                   'lc0 { chunk_pool { position_count: 3 } }\noutput { num_shards: 4 overwrite: true }'))
+    inputs = expand_inputs(list(config.input), LC0_INPUT_SUFFIXES)
     run_job(config, inputs, str(out), PipelineOptions([]))
     old = content(out)
     config.seed = 2
@@ -468,7 +478,7 @@ def test_the_reader_reads_format_1_and_an_overwrite_replaces_it(outputs, tmp_pat
     manifest = write_output(str(out), [30, 20], row_group_rows=8, format_version=1)
     assert sorted(os.listdir(out)) == ["manifest.json", "shard-00000-of-00002.parquet",
                                        "shard-00001-of-00002.parquet"]
-    with ShardReader(str(out), batch_size=64, columns=["id"], shuffle=False) as reader:
+    with ShardReader(str(out), batch_size=64, columns=["id"], order_options=OrderOptions(shuffle=False)) as reader:
         assert sorted(int(i) for b in reader for i in b["id"]) == list(range(50))
     assert manifest["format_version"] == 1
     refused = shardmill("run", "--config", configs[1], "--output", str(out))

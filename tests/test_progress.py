@@ -4,7 +4,7 @@ import json
 import os
 import pickle
 
-from shardmill.transforms.progress import ProgressLog, ProgressPrinter, format_stage, read_progress
+from shardmill.transforms.common.progress import ProgressLog, ProgressPrinter, format_stage, read_progress
 
 
 def test_counts_from_several_workers_are_summed_and_totals_taken_once(tmp_path):
@@ -48,7 +48,7 @@ def test_stage_lines_give_done_of_total_rate_and_eta():
 
 
 def test_the_printer_logs_a_stage_only_when_its_counts_change(tmp_path, caplog):
-    caplog.set_level("INFO", logger="shardmill.transforms.progress")
+    caplog.set_level("INFO", logger="shardmill.transforms.common.progress")
     log = ProgressLog(str(tmp_path))
     printer = ProgressPrinter(str(tmp_path), interval=3600)
     log.record("index", files=1, chunks=10)

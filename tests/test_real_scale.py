@@ -7,7 +7,6 @@ or an address-space limit, so a regression fails the test instead of the run.
 import json
 import os
 import pickle
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -19,12 +18,14 @@ import pytest
 
 from shardmill.pipelines import cli
 from shardmill.pipelines.config import ConfigError, parse_config, validate
-from shardmill.transforms import job_plan
-from shardmill.transforms.chunk_index import INDEX_SCHEMA, index_source
-from shardmill.transforms.chunk_sampling import SamplingParams, positions_of_uses, emissions
-from shardmill.transforms.discovery import list_input
-from shardmill.transforms.job_plan import OutputParams, PlanError, make_plan
+from shardmill.transforms.common.discovery import list_input
+from shardmill.transforms.lc0 import plan as job_plan
+from shardmill.transforms.lc0.chunk_index import INDEX_SCHEMA, index_source
+from shardmill.transforms.lc0.plan import MAX_TASK_BYTES, WRITE_LESS
+from shardmill.transforms.lc0.sampling import SamplingParams, emissions
+from shardmill.transforms.output.shard_count import PlanError, ShardSizing, shard_count
 from tests.datagen.lc0 import gzip_bytes, make_game_records, write_dataset
+from tests.support.lc0_plan import make_plan, positions_of_uses
 
 SHARDMILL = os.path.join(os.path.dirname(sys.executable), "shardmill")
 V6 = 8356
@@ -56,13 +57,13 @@ def test_a_read_tasks_pickled_size_does_not_grow_with_the_index():
     params = SamplingParams(seed=1, passes=2, position_count=4, threshold=150, gamma=1.0)
     sizes = {}
     for sources in (10, 1000):
-        plan = make_plan(synthetic_index(sources, 100), params, OutputParams(max_task_bytes=4 << 20))
+        plan = make_plan(synthetic_index(sources, 100), params, max_task_bytes=4 << 20)
         sizes[sources] = max(len(pickle.dumps(task)) for task in plan.tasks)
     # 100x the index: the largest work item stays the size of its own rows (~a few KB), never the index's.
     assert sizes[1000] < 1.5 * sizes[10] and sizes[1000] < 64 << 10, sizes
 
 
-def plan_distributed(index: pa.Table, params: SamplingParams, output: OutputParams, tables: int, seed: int):
+def plan_distributed(index: pa.Table, params: SamplingParams, max_task_bytes: int, tables: int, seed: int):
     """The plan as the Beam job makes it: sources spread over `tables` index tables at random."""
     rng = np.random.default_rng(seed)
     sources = sorted(set(index["source"].to_pylist()))
@@ -71,8 +72,8 @@ def plan_distributed(index: pa.Table, params: SamplingParams, output: OutputPara
     summaries = [s for part in parts for s in job_plan.summarize_sources(part)]
     decisions = job_plan.decide(list(reversed(summaries)), params.pool_size)
     planned = [job_plan.plan_table(part, decisions, params) for part in parts]
-    num_shards = job_plan.num_shards_for(sum(p.records_planned for p in planned), decisions.record_size, output)
-    tasks = [t for p in planned for t in job_plan.read_tasks(p.used, params, num_shards, output.max_task_bytes)]
+    num_shards = shard_count(sum(p.records_planned for p in planned) * decisions.record_size, ShardSizing(), WRITE_LESS)
+    tasks = [t for p in planned for t in job_plan.read_tasks(p.used, params, num_shards, max_task_bytes)]
     stats = job_plan.final_stats(job_plan.merge_stats([p.stats for p in reversed(planned)]), params)
     return tasks, stats, num_shards, sorted(d.to_dict()["path"] for p in planned for d in p.dead_letters)
 
@@ -99,10 +100,9 @@ def test_the_distributed_plan_equals_the_plan_of_the_whole_index(pool_size):
     index = index.set_column(index.schema.get_field_index("version"), INDEX_SCHEMA.field("version"),
                              pa.array(versions, pa.int32()))
     params = SamplingParams(seed=9, passes=3, position_count=3, threshold=200, gamma=1.3, pool_size=pool_size)
-    output = OutputParams(max_task_bytes=1 << 20)
-    whole = make_plan(index, params, output)
+    whole = make_plan(index, params, max_task_bytes=1 << 20)
     for tables in (1, 7, 60):
-        tasks, stats, num_shards, dead = plan_distributed(index, params, output, tables, seed=tables)
+        tasks, stats, num_shards, dead = plan_distributed(index, params, 1 << 20, tables, seed=tables)
         assert num_shards == whole.num_shards and stats == whole.stats
         assert dead == sorted(d.path for d in whole.dead_letters)
         assert emitted(tasks) == emitted(whole.tasks)
@@ -112,7 +112,7 @@ def test_the_distributed_plan_equals_the_plan_of_the_whole_index(pool_size):
 def test_a_chunk_with_more_output_than_a_task_is_split_into_emission_ranges():
     index = synthetic_index(1, 3, seed=4)
     params = SamplingParams(seed=2, passes=500)  # every record 500 times: ~1.6 GB of output per game
-    plan = make_plan(index, params, OutputParams(max_task_bytes=64 << 20))
+    plan = make_plan(index, params, max_task_bytes=MAX_TASK_BYTES)
     per_task = (64 << 20) // V6
     for task in plan.tasks:
         rows = task.chunks.to_pylist()
@@ -140,16 +140,16 @@ def test_emission_ranges_concatenate_to_all_positions_of_all_uses():
 def test_plans_too_large_for_bounded_memory_are_refused_naming_what_to_change():
     index = synthetic_index(2, 10)
     with pytest.raises(PlanError, match="output.num_shards"):
-        make_plan(index, SamplingParams(passes=100_000), OutputParams(num_shards=1))
+        make_plan(index, SamplingParams(passes=100_000), ShardSizing(num_shards=1))
     with pytest.raises(PlanError, match="at most 100,000 shards"):
-        make_plan(index, SamplingParams(passes=1_000_000, position_count=1_000_000), OutputParams())
+        make_plan(index, SamplingParams(passes=1_000_000, position_count=1_000_000))
 
 
 @pytest.mark.parametrize("text,field", [
-    ("chunk_pool { position_count: 4294967295 }", "chunk_pool.position_count"),
-    ("chunk_pool { passes: 1000001 }", "chunk_pool.passes"),
-    ("index { max_chunk_bytes: 1000 }", "index.max_chunk_bytes"),
-    ("index { max_chunk_bytes: 5000000000 }", "index.max_chunk_bytes"),
+    ("lc0 { chunk_pool { position_count: 4294967295 } }", "chunk_pool.position_count"),
+    ("lc0 { chunk_pool { passes: 1000001 } }", "chunk_pool.passes"),
+    ("lc0 { index { max_chunk_bytes: 1000 } }", "index.max_chunk_bytes"),
+    ("lc0 { index { max_chunk_bytes: 5000000000 } }", "index.max_chunk_bytes"),
 ])
 def test_absurd_configs_are_rejected_before_any_work(text, field):
     with pytest.raises(ConfigError, match=field):
@@ -159,7 +159,7 @@ def test_absurd_configs_are_rejected_before_any_work(text, field):
 def test_a_million_passes_into_ten_shards_is_refused_before_loading(tmp_path, lc0_dataset):
     directory, _ = lc0_dataset
     config = tmp_path / "job.textproto"
-    config.write_text(f'input: "{directory}"\nchunk_pool {{ passes: 1000000 hanse_sampling_threshold: 300 }}\n'
+    config.write_text(f'input: "{directory}"\nlc0 {{ chunk_pool {{ passes: 1000000 hanse_sampling_threshold: 300 }} }}\n'
                       'output { num_shards: 10 }\nmax_error_fraction: 0.5\n')
     done = subprocess.run([SHARDMILL, "run", "--config", str(config), "--output", str(tmp_path / "o")],
                           capture_output=True, text=True, timeout=300)
@@ -187,10 +187,10 @@ def bomb_member(inflated_bytes: int, version: int = 6) -> bytes:
 
 BOMB_SCRIPT = textwrap.dedent("""
     import json, os, resource, sys
-    from shardmill.transforms.chunk_index import index_source
-    from shardmill.transforms.chunk_loading import load_task
-    from shardmill.transforms.chunk_sampling import SamplingParams
-    from shardmill.transforms.job_plan import read_tasks
+    from shardmill.transforms.lc0.chunk_index import index_source
+    from shardmill.transforms.lc0.loading import load_task
+    from shardmill.transforms.lc0.sampling import SamplingParams
+    from shardmill.transforms.lc0.plan import read_tasks
     import pyarrow as pa, pyarrow.compute as pc
 
     def vm_bytes():
@@ -318,12 +318,12 @@ def test_relative_and_dotted_inputs_are_one_source(tmp_path, monkeypatch, capsys
 
 
 def test_small_sources_share_a_task_and_a_missing_one_fails_alone(tmp_path):
-    from shardmill.transforms.chunk_loading import load_task
+    from shardmill.transforms.lc0.loading import load_task
 
     truth = write_dataset(str(tmp_path), num_archives=0, games_per_archive=0, loose_games=30, bad=False, seed=8)
     tables = [index_source(str(tmp_path / name), os.path.getsize(tmp_path / name), "scan",
                            opener=lambda p: open(p, "rb")).table for name in sorted(os.listdir(tmp_path))]
-    plan = make_plan(pa.concat_tables(tables), SamplingParams(seed=1, position_count=2), OutputParams(num_shards=2))
+    plan = make_plan(pa.concat_tables(tables), SamplingParams(seed=1, position_count=2), ShardSizing(num_shards=2))
     assert len(plan.tasks) == 1 and len(set(plan.tasks[0].chunks["source"].to_pylist())) == 30
     gone = sorted(os.listdir(tmp_path))[5]
     os.remove(tmp_path / gone)

@@ -29,7 +29,7 @@ def has_gcp_extras():
 @pytest.fixture
 def config(lc0_dataset, tmp_path):
     path = tmp_path / "job.textproto"
-    path.write_text(f'input: "{lc0_dataset[0]}"\nchunk_pool {{ position_count: 2 }}\n')
+    path.write_text(f'input: "{lc0_dataset[0]}"\nlc0 {{ chunk_pool {{ position_count: 2 }} }}\n')
     return str(path)
 
 
@@ -123,7 +123,7 @@ def test_bad_arguments_are_refused_with_a_message(config, args, message):
 
 def test_invalid_config_fails_the_dry_run(tmp_path):
     path = tmp_path / "bad.textproto"
-    path.write_text('input: "x" chunk_pool { passes: 0 }')
+    path.write_text('input: "x" lc0 { chunk_pool { passes: 0 } }')
     result = submit("--dry-run", "--runner", "flink", "--flink-master", "h:1", "--config", str(path),
                     "--output", str(tmp_path / "o"))
     assert result.returncode == 2 and "chunk_pool.passes" in result.stderr

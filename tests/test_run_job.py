@@ -10,8 +10,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from shardmill.pipelines import cli
 from shardmill.pipelines.config import parse_config, validate
-from shardmill.pipelines.inputs import expand_inputs
 from shardmill.pipelines.run_job import OutputExistsError, run_job
+from shardmill.transforms.common.discovery import expand_inputs
+from shardmill.transforms.lc0.kind import LC0_INPUT_SUFFIXES
 from tests.datagen.lc0 import make_game_records
 
 MULTI_PROCESSING = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
@@ -23,7 +24,7 @@ def job_config(directory, extra=""):
 
 
 def run(config, out_dir, beam_args=(), patterns=None):
-    patterns = patterns or expand_inputs(list(config.input))
+    patterns = patterns or expand_inputs(list(config.input), LC0_INPUT_SUFFIXES)
     return run_job(config, patterns, str(out_dir), PipelineOptions(list(beam_args)))
 
 
@@ -53,7 +54,7 @@ def read_rows(out_dir, manifest):
     return [t.to_pylist() for t in tables]
 
 
-SAMPLED = "chunk_pool { passes: 3 position_count: 5 hanse_sampling_threshold: 100 }\noutput { num_shards: 3 }"
+SAMPLED = "lc0 { chunk_pool { passes: 3 position_count: 5 hanse_sampling_threshold: 100 } }\noutput { num_shards: 3 }"
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +108,7 @@ def test_every_bad_chunk_is_in_errors_jsonl_with_its_reason(sampled_run):
 
 def test_corrupt_chunk_found_at_load_is_dead_lettered_and_counted(lc0_dataset, tmp_path):
     directory, truth = lc0_dataset
-    manifest = run(job_config(directory, "chunk_pool { position_count: 2 }\noutput { num_shards: 2 }"), tmp_path)
+    manifest = run(job_config(directory, "lc0 { chunk_pool { position_count: 2 } }\noutput { num_shards: 2 }"), tmp_path)
     acc = manifest["stats"]["accounting"]
     assert acc["chunks_failed_at_load"] == 1 and acc["errors_by_stage"]["load"] == 1
     assert acc["balanced"]
@@ -116,7 +117,7 @@ def test_corrupt_chunk_found_at_load_is_dead_lettered_and_counted(lc0_dataset, t
 
 def test_trailer_miscount_is_caught_when_the_chunk_is_loaded(lc0_dataset, tmp_path):
     directory, truth = lc0_dataset
-    config = job_config(directory, "index { count_method: TRAILER }\noutput { num_shards: 1 }")
+    config = job_config(directory, "lc0 { index { count_method: TRAILER } }\noutput { num_shards: 1 }")
     manifest = run(config, tmp_path)
     mismatches = [d for d in read_errors(tmp_path, manifest) if d["reason"] == "count_mismatch"]
     aligned_multi_member = [c for c in truth.good if c.trailer_records != c.num_records]
@@ -126,7 +127,7 @@ def test_trailer_miscount_is_caught_when_the_chunk_is_loaded(lc0_dataset, tmp_pa
 
 def test_all_positions_without_sampling_writes_every_good_record_once(lc0_dataset, tmp_path):
     directory, truth = lc0_dataset
-    manifest = run(job_config(directory, "index { lc0_version: 6 count_method: DECOMPRESS }"), tmp_path)
+    manifest = run(job_config(directory, "lc0 { index { lc0_version: 6 count_method: DECOMPRESS } }"), tmp_path)
     good_v6 = sum(c.num_records for c in truth.good if c.version == 6)
     assert manifest["stats"]["accounting"]["records_written"] == good_v6
     rows = [r for rows in read_rows(tmp_path, manifest) for r in rows]
@@ -135,7 +136,7 @@ def test_all_positions_without_sampling_writes_every_good_record_once(lc0_datase
 
 def test_chunk_pool_window_uses_only_the_newest_chunks(lc0_dataset, tmp_path):
     directory, truth = lc0_dataset
-    config = job_config(directory, "index { lc0_version: 6 }\nchunk_pool { chunk_pool_size: 5 position_count: 1 }")
+    config = job_config(directory, "lc0 { index { lc0_version: 6 } chunk_pool { chunk_pool_size: 5 position_count: 1 } }")
     manifest = run(config, tmp_path)
     acc = manifest["stats"]["accounting"]
     assert acc["chunks_used"] + acc["chunks_failed_at_load"] == 5
@@ -176,9 +177,9 @@ def test_existing_output_is_refused_unless_overwrite(lc0_dataset, sampled_run, t
     out, _, _ = sampled_run
     with pytest.raises(OutputExistsError, match="--overwrite"):
         run(job_config(directory, SAMPLED), out)
-    config = job_config(directory, "output { num_shards: 1 overwrite: true }\nchunk_pool { position_count: 1 }")
+    config = job_config(directory, "output { num_shards: 1 overwrite: true }\nlc0 { chunk_pool { position_count: 1 } }")
     target = tmp_path / "again"
-    run(job_config(directory, "output { num_shards: 2 }\nchunk_pool { position_count: 1 }"), target)
+    run(job_config(directory, "output { num_shards: 2 }\nlc0 { chunk_pool { position_count: 1 } }"), target)
     manifest = run(config, target)
     assert sorted(n for n in os.listdir(target) if n.endswith(".parquet")) == ["g000002-shard-00000-of-00001.parquet"]
     assert manifest["num_shards"] == 1 and manifest["generation"] == 2
@@ -187,7 +188,7 @@ def test_existing_output_is_refused_unless_overwrite(lc0_dataset, sampled_run, t
 
 def test_row_groups_follow_row_group_bytes(lc0_dataset, tmp_path):
     directory, _ = lc0_dataset
-    config = job_config(directory, "index { lc0_version: 6 }\noutput { num_shards: 2 row_group_bytes: 835600 }")
+    config = job_config(directory, "lc0 { index { lc0_version: 6 } }\noutput { num_shards: 2 row_group_bytes: 835600 }")
     manifest = run(config, tmp_path)
     for shard in manifest["shards"]:
         assert all(n == 100 for n in shard["row_groups"][:-1]) and shard["row_groups"][-1] <= 100
@@ -212,7 +213,7 @@ def test_cli_run_prints_a_summary_and_inspect_reads_it(lc0_dataset, tmp_path, ca
 def test_cli_run_over_the_error_budget_exits_1_commits_nothing_and_keeps_its_report(lc0_dataset, tmp_path, capsys):
     directory, _ = lc0_dataset
     config = tmp_path / "job.textproto"
-    config.write_text(f'input: "{directory}"\nmax_error_fraction: 0.01\nchunk_pool {{ position_count: 1 }}\n')
+    config.write_text(f'input: "{directory}"\nmax_error_fraction: 0.01\nlc0 {{ chunk_pool {{ position_count: 1 }} }}\n')
     assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / "o")]) == 1
     err = capsys.readouterr().err
     assert "max_error_fraction" in err and "_rejected" in err

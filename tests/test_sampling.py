@@ -10,15 +10,11 @@ import collections
 import numpy as np
 import pytest
 
-from shardmill.transforms import job_plan, keyed_hash
-from shardmill.transforms.chunk_sampling import (
-    acceptance_probability,
-    positions_of_uses,
-    round_permutation,
-    shuffle_keys,
-    use_counts,
-)
+from shardmill.transforms.common import keyed_hash
+from shardmill.transforms.lc0 import plan as job_plan
+from shardmill.transforms.lc0.sampling import acceptance_probability, round_permutation, shuffle_keys, use_counts
 from tests.stats import binomial_pmf, chi_square_test
+from tests.support.lc0_plan import positions_of_uses
 
 ALPHA = 1e-3
 

@@ -3,8 +3,8 @@
 import numpy as np
 import pyarrow as pa
 
-from shardmill.transforms.chunk_loading import shuffle_schema
-from shardmill.transforms.shard_writer import shard_table
+from shardmill.transforms.lc0.loading import shuffle_schema
+from shardmill.transforms.lc0.shards import shard_table
 
 RECORD = 8
 

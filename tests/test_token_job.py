@@ -11,8 +11,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from shardmill.pipelines import cli
 from shardmill.pipelines.config import parse_config, validate
 from shardmill.pipelines.run_job import run_job
-from shardmill.pipelines.token_job import kept_sequences
-from shardmill.transforms.megatron_index import build_gpt_indices
+from shardmill.transforms.tokens.megatron_index import build_gpt_indices
+from shardmill.transforms.tokens.plan import kept_sequences
 from tests.datagen.megatron import write_indexed_dataset
 from tests.test_run_job import MULTI_PROCESSING, file_digests
 

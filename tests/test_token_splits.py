@@ -6,7 +6,6 @@ documents reversed; a uint16 corpus of documents 600..999 with 5 empty ones),
 skipped when it is absent.
 """
 
-import io
 import os
 
 import numpy as np
@@ -19,11 +18,11 @@ from shardmill.native_ext import build_blending_indices, copy_runs
 from shardmill.pipelines import cli
 from shardmill.pipelines.config import ConfigError, parse_config, validate
 from shardmill.pipelines.run_job import run_job
-from shardmill.pipelines.token_job import INDICES_NAME, read_dataset
-from shardmill.transforms.megatron_blend import (MID_LEVEL_DATASET_SURPLUS, parse_split, plan_blend, split_matrix,
-                                                  split_range)
-from shardmill.transforms.megatron_index import (IndexedDatasetError, build_gpt_indices, parse_index,
-                                                  sample_byte_runs, sample_tokens)
+from shardmill.transforms.tokens.megatron_blend import (MID_LEVEL_DATASET_SURPLUS, parse_split, plan_blend,
+                                                        split_matrix, split_range)
+from shardmill.transforms.tokens.megatron_index import (IndexedDatasetError, build_gpt_indices, parse_index,
+                                                        sample_byte_runs, sample_tokens)
+from shardmill.transforms.tokens.plan import INDICES_NAME, read_dataset
 from tests import reference_megatron as ref
 from tests.test_megatron_index import megatron_indices
 

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch  # in the test extra
 
+from shardmill.native_ext import OrderOptions, ShardOptions
 from shardmill.native_ext.torch_dataset import ShardIterableDataset
 from tests.datagen.shards import write_output
 
@@ -22,7 +23,7 @@ def ids_of(batches):
 def test_dataloader_workers_of_every_rank_split_the_epoch(output):
     per_rank = []
     for rank in range(2):
-        dataset = ShardIterableDataset(output, 40, ["frame", "id"], rank=rank, world_size=2, seed=3)
+        dataset = ShardIterableDataset(output, 40, ["frame", "id"], rank=rank, world_size=2, order_options=OrderOptions(seed=3))
         loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2)
         batches = list(loader)
         assert all(isinstance(b["frame"], torch.Tensor) and b["frame"].dtype == torch.uint8 for b in batches)
@@ -33,13 +34,13 @@ def test_dataloader_workers_of_every_rank_split_the_epoch(output):
 
 
 def test_state_dict_resumes_the_stream_exactly(output):
-    dataset = ShardIterableDataset(output, 64, ["id"], seed=1, num_epochs=2)
+    dataset = ShardIterableDataset(output, 64, ["id"], order_options=OrderOptions(seed=1), num_epochs=2)
     full = ids_of(list(dataset))
-    dataset = ShardIterableDataset(output, 64, ["id"], seed=1, num_epochs=2)
+    dataset = ShardIterableDataset(output, 64, ["id"], order_options=OrderOptions(seed=1), num_epochs=2)
     iterator = iter(dataset)
     head = [next(iterator) for _ in range(13)]
     state = dataset.state_dict()
-    resumed = ShardIterableDataset(output, 64, ["id"], seed=1, num_epochs=2)
+    resumed = ShardIterableDataset(output, 64, ["id"], order_options=OrderOptions(seed=1), num_epochs=2)
     resumed.load_state_dict(state)
     assert (np.concatenate([ids_of(head), ids_of(list(resumed))]) == full).all()
 
@@ -48,7 +49,7 @@ def reader_epoch(output, epoch, shard_index=0, shard_count=1, **kwargs):
     """Epoch `epoch` of the order for this shard, as ShardReader serves it."""
     from shardmill.native_ext import ShardReader
 
-    with ShardReader(output, 40, ["id"], shard_index=shard_index, shard_count=shard_count, seed=3,
+    with ShardReader(output, 40, ["id"], shard_options=ShardOptions(shard_index=shard_index, shard_count=shard_count), order_options=OrderOptions(seed=3),
                      start_epoch=epoch, num_epochs=epoch + 1, **kwargs) as reader:
         return np.concatenate([b["id"] for b in reader])
 
@@ -60,7 +61,7 @@ def by_worker(batches, workers):
 
 @pytest.mark.parametrize("num_workers, persistent", [(0, False), (2, False), (2, True)])
 def test_every_pass_over_the_loader_is_the_next_epoch(output, num_workers, persistent):
-    dataset = ShardIterableDataset(output, 40, ["id"], seed=3)
+    dataset = ShardIterableDataset(output, 40, ["id"], order_options=OrderOptions(seed=3))
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=num_workers,
                                          persistent_workers=persistent)
     for epoch in range(3):
@@ -73,7 +74,7 @@ def test_every_pass_over_the_loader_is_the_next_epoch(output, num_workers, persi
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_set_epoch_selects_that_epoch_exactly(output, num_workers):
-    dataset = ShardIterableDataset(output, 40, ["id"], seed=3)
+    dataset = ShardIterableDataset(output, 40, ["id"], order_options=OrderOptions(seed=3))
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=num_workers)
     for epoch in (5, 2, 2):
         dataset.set_epoch(epoch)
@@ -84,7 +85,7 @@ def test_set_epoch_selects_that_epoch_exactly(output, num_workers):
 
 
 def test_a_main_process_state_dict_while_workers_hold_the_readers_raises(output):
-    dataset = ShardIterableDataset(output, 40, ["id"], seed=3)
+    dataset = ShardIterableDataset(output, 40, ["id"], order_options=OrderOptions(seed=3))
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2)
     iterator = iter(loader)
     next(iterator)
@@ -99,7 +100,7 @@ def test_stateful_dataloader_resumes_exactly_and_then_serves_the_next_epoch(outp
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     def loader():
-        dataset = ShardIterableDataset(output, 40, ["id"], seed=3, num_epochs=1)
+        dataset = ShardIterableDataset(output, 40, ["id"], order_options=OrderOptions(seed=3), num_epochs=1)
         return StatefulDataLoader(dataset, batch_size=None, num_workers=num_workers)
 
     reference = loader()

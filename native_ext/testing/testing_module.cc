@@ -31,7 +31,7 @@ PYBIND11_MODULE(_native_testing, m) {
         return h;
       },
       py::arg("seed"), py::arg("stream"), py::arg("words"),
-      "The keyed SplitMix64 chain of shardmill.transforms.keyed_hash.hash_words, in C++.");
+      "The keyed SplitMix64 chain of shardmill.transforms.common.keyed_hash.hash_words, in C++.");
 
   m.def(
       "buffer_cache_pick",

@@ -1,6 +1,6 @@
 """Writes realistic Leela Chess Zero training data, good and bad, with its ground truth.
 
-- Records are V6 structs (shardmill.transforms.lc0_format.V6_DTYPE): version 6,
+- Records are V6 structs (shardmill.transforms.lc0.record_format.V6_DTYPE): version 6,
   policy probabilities over ~20-40 legal moves with -1 for illegal ones,
   sparse bitboard planes, search statistics and a game result seen from the
   side to move.
@@ -24,11 +24,10 @@ import io
 import json
 import os
 import tarfile
-import zlib
 
 import numpy as np
 
-from shardmill.transforms.lc0_format import NUM_PLANES, NUM_POLICY_MOVES, RECORD_SIZES, V6_DTYPE
+from shardmill.transforms.lc0.record_format import NUM_PLANES, NUM_POLICY_MOVES, RECORD_SIZES, V6_DTYPE
 
 MIN_PLIES, MAX_PLIES = 20, 400
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shardmill.transforms.megatron_index import DTYPES, MAGIC
+from shardmill.transforms.tokens.megatron_index import DTYPES, MAGIC
 
 CODES = {np.dtype(v): k for k, v in DTYPES.items()}
 

@@ -1,0 +1,92 @@
+"""The reader's options, grouped as Grain and PyTorch users know them, each checking itself when made.
+
+    ShardReader(path, batch_size=512, columns=["frame"],
+                order_options=OrderOptions(seed=7),
+                shard_options=ShardOptions(shard_index=rank, shard_count=world_size),
+                read_options=ReadOptions(num_threads=4))
+
+OrderOptions fixes every epoch's order (with the epoch and the dataset's
+row-group counts, nothing else); ShardOptions is this data-parallel rank
+(Grain's ShardOptions; torch's rank and world size); ReadOptions is how the
+rows are read (threads, prefetch, checksums), which changes nothing in what
+is served. The PyTorch and Grain adapters take the same objects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+MAX_THREADS = 1024
+MAX_WINDOWS = 1 << 20
+
+
+def _check_int(owner: str, name: str, value, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{owner}.{name} must be an integer in {low}..{high}, got {value!r}")
+
+
+def _check_bool(owner: str, name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{owner}.{name} must be True or False, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class OrderOptions:
+    """The order of each epoch: row groups permuted by a keyed permutation, windows of
+    `window_row_groups` row groups whose rows are permuted again.
+
+    seed: every epoch is a different order of the same seed.
+    shuffle: False serves the shards in manifest order (still sharded).
+    window_row_groups: row groups whose rows are shuffled together (more:
+      finer shuffle, more memory).
+    """
+
+    seed: int = 0
+    shuffle: bool = True
+    window_row_groups: int = 8
+
+    def __post_init__(self):
+        _check_int("OrderOptions", "seed", self.seed, 0, (1 << 64) - 1)
+        _check_bool("OrderOptions", "shuffle", self.shuffle)
+        _check_int("OrderOptions", "window_row_groups", self.window_row_groups, 1, MAX_WINDOWS)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardOptions:
+    """This rank's share of every epoch: rank shard_index of shard_count reads a contiguous
+    1/shard_count slice of the epoch's order (disjoint, equal sizes)."""
+
+    shard_index: int = 0
+    shard_count: int = 1
+
+    def __post_init__(self):
+        _check_int("ShardOptions", "shard_count", self.shard_count, 1, 1 << 30)
+        _check_int("ShardOptions", "shard_index", self.shard_index, 0, self.shard_count - 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadOptions:
+    """How rows are read; none of it changes which rows are served, or in which order.
+
+    num_threads: decoding threads.
+    prefetch_windows: windows decoded ahead of the one being served.
+    verify_checksums: check every shard's SHA-256 before starting (reads
+      every byte). Parquet pages carry no checksums by default, so bytes
+      corrupted inside compressed data can decode to wrong values silently.
+    """
+
+    num_threads: int = 2
+    prefetch_windows: int = 2
+    verify_checksums: bool = False
+
+    def __post_init__(self):
+        _check_int("ReadOptions", "num_threads", self.num_threads, 1, MAX_THREADS)
+        _check_int("ReadOptions", "prefetch_windows", self.prefetch_windows, 0, 64)
+        _check_bool("ReadOptions", "verify_checksums", self.verify_checksums)
+
+
+def check_type(name: str, value, cls: type):
+    """The value when it is a cls; TypeError naming the argument otherwise (a dict or a bool is not options)."""
+    if not isinstance(value, cls):
+        raise TypeError(f"{name} must be a {cls.__name__}, got {type(value).__name__}")
+    return value

@@ -1,0 +1,260 @@
+"""Discovery: the files an input names, and what it names but is not read, with why.
+
+An input is a file, a glob pattern (`**` crosses directories) or a directory,
+which stands for its whole tree. Local inputs are listed here with lstat, so
+nothing is opened to be classified:
+
+- hidden and temporary files (a name starting with `.` or `_`, or ending
+  with `.tmp`, `.part`, `.partial` or `~`) and hidden directories are skipped
+  and counted (`hidden`) — unless the input names the file itself;
+- FIFOs, sockets, devices and links to directories are skipped and counted
+  (`not_regular`): opening a FIFO would block forever, links can make cycles;
+- files without one of the job's suffixes are skipped and counted
+  (`other_suffix`) — unless named themselves, which indexing reports;
+- a dangling symbolic link, an unreadable file or directory is a dead letter
+  `unreadable`; a name that is not valid UTF-8 is a dead letter `bad_name`
+  that shows the name's bytes escaped.
+
+Paths are made absolute and normalised (`a/../b.tar` is `b.tar`), so one file
+reached by two spellings is one source. Object-store inputs (gs://, s3://)
+are listed through Beam's FileSystems; there every object is a regular file.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import stat
+from typing import Iterator
+
+import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindows
+
+from shardmill.transforms.common.dead_letter import DeadLetter
+from shardmill.transforms.common.filesystem import is_local, normalize
+
+SKIP_KINDS = ("hidden", "not_regular", "other_suffix")
+TEMPORARY_SUFFIXES = (".tmp", ".part", ".partial", "~")
+GLOB_CHARS = "*?["
+
+
+def skipped_files(parts: list[dict]) -> dict:
+    """Files skipped by kind, summed over stats dicts that may hold a `skipped_files` entry."""
+    return {kind: sum(part.get("skipped_files", {}).get(kind, 0) for part in parts) for kind in SKIP_KINDS}
+
+
+def escaped(path: str) -> str:
+    """A path printable as UTF-8: bytes of a non-UTF-8 name as \\xNN escapes."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def is_hidden(name: str) -> bool:
+    return name.startswith((".", "_")) or name.endswith(TEMPORARY_SUFFIXES)
+
+
+# Events of a listing: a file to read, a skipped file (its kind), a dead letter.
+Listed = tuple  # ("file", path, size) | ("skip", kind) | ("dead", DeadLetter)
+
+
+def _classify(path: str, suffixes: tuple[str, ...], named: bool) -> Iterator[Listed]:
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        yield "dead", DeadLetter(escaped(path), "discover", "bad_name",
+                                 "the file name is not valid UTF-8 (its bytes are shown escaped); rename it")
+        return
+    if not named and is_hidden(os.path.basename(path)):
+        yield "skip", "hidden"
+        return
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            yield "dead", DeadLetter(path, "discover", "unreadable",
+                                     f"dangling symbolic link to {os.readlink(path)!r}")
+        else:
+            yield "dead", DeadLetter(path, "discover", "unreadable", "the file disappeared while listing")
+        return
+    except OSError as err:
+        yield "dead", DeadLetter(path, "discover", "unreadable", f"cannot stat: {err.strerror or err}")
+        return
+    if stat.S_ISDIR(info.st_mode):
+        yield from _walk(path, suffixes)
+        return
+    if not stat.S_ISREG(info.st_mode):
+        yield "skip", "not_regular"
+        return
+    if not named and not path.endswith(suffixes):
+        yield "skip", "other_suffix"
+        return
+    if not os.access(path, os.R_OK):
+        yield "dead", DeadLetter(path, "discover", "unreadable", "permission denied")
+        return
+    yield "file", path, info.st_size
+
+
+def _walk(top: str, suffixes: tuple[str, ...]) -> Iterator[Listed]:
+    errors: list[OSError] = []
+    for root, dirs, files in os.walk(top, onerror=errors.append, followlinks=False):
+        descend = []
+        for name in sorted(dirs):
+            if is_hidden(name):
+                yield "skip", "hidden"
+            elif os.path.islink(os.path.join(root, name)):
+                yield "skip", "not_regular"  # a link to a directory: not followed (links can make cycles)
+            else:
+                descend.append(name)
+        dirs[:] = descend
+        for name in sorted(files):
+            yield from _classify(os.path.join(root, name), suffixes, named=False)
+    for err in errors:
+        yield "dead", DeadLetter(err.filename or top, "discover", "unreadable",
+                                 f"cannot list the directory: {err.strerror or err}")
+
+
+def _list_remote(item: str, suffixes: tuple[str, ...]) -> Iterator[Listed]:
+    from apache_beam.io.filesystems import FileSystems
+
+    directory = item.endswith("/") or not any(c in item for c in GLOB_CHARS)
+    pattern = item.rstrip("/") + "/**" if directory else item
+    root = item.rstrip("/") if directory else item[:min(item.find(c) for c in GLOB_CHARS if c in item)]
+    for result in FileSystems.match([pattern] + ([item] if directory else [])):
+        for meta in result.metadata_list:
+            relative = meta.path[len(root):].lstrip("/")
+            named = meta.path == item
+            if not named and any(is_hidden(part) for part in relative.split("/")):
+                yield "skip", "hidden"
+            elif not named and not meta.path.endswith(suffixes):
+                yield "skip", "other_suffix"
+            else:
+                yield "file", meta.path, meta.size_in_bytes
+
+
+def list_input(item: str, suffixes: tuple[str, ...]) -> Iterator[Listed]:
+    """Everything one input names, as listing events (see the module doc)."""
+    if not is_local(item):
+        yield from _list_remote(normalize(item), suffixes)
+        return
+    path = normalize(item)
+    if any(c in item for c in GLOB_CHARS):
+        for match in sorted(glob.glob(path, recursive=True)):
+            yield from _classify(os.path.normpath(match), suffixes, named=False)
+        return
+    if not os.path.lexists(path):
+        return
+    yield from _classify(path, suffixes, named=not os.path.isdir(path))
+
+
+ERRORS = "errors"
+
+
+SOURCE_STATS = "source_stats"
+
+
+class _BatchFilesFn(beam.DoFn):
+    """Groups (path, size) pairs of one bundle into batches by count and bytes.
+
+    A whole archive is a batch by itself once it passes the byte budget; many
+    small loose `.gz` files share one batch, so no element stands for one chunk.
+    """
+
+    def __init__(self, max_files: int, max_bytes: int):
+        self._max_files = max_files
+        self._max_bytes = max_bytes
+
+    def start_bundle(self):
+        self._batch, self._bytes = [], 0
+
+    def process(self, path_and_size):
+        self._batch.append(path_and_size)
+        self._bytes += path_and_size[1]
+        if len(self._batch) >= self._max_files or self._bytes >= self._max_bytes:
+            yield self._batch
+            self._batch, self._bytes = [], 0
+
+    def finish_bundle(self):
+        if self._batch:
+            yield GlobalWindows.windowed_value(self._batch)
+            self._batch, self._bytes = [], 0
+
+
+class _ListInputFn(beam.DoFn):
+    """One input → (path, size) of each file to read; dead letters and skip counts on the side."""
+
+    def __init__(self, suffixes: tuple[str, ...]):
+        self._suffixes = suffixes
+
+    def process(self, item):
+        skipped = {kind: 0 for kind in SKIP_KINDS}
+        for event in list_input(item, self._suffixes):
+            if event[0] == "file":
+                yield event[1], event[2]
+            elif event[0] == "skip":
+                skipped[event[1]] += 1
+            else:
+                yield beam.pvalue.TaggedOutput(ERRORS, event[1].to_dict())
+        yield beam.pvalue.TaggedOutput(SOURCE_STATS, {"skipped_files": skipped})
+
+
+class DiscoverFiles(beam.PTransform):
+    """Inputs (files, globs, directory trees) → batches (lists) of (path, size_in_bytes).
+
+    Returns a dict: "batches", ERRORS (dead-letter dicts of files that can't
+    be read) and SOURCE_STATS ({"skipped_files": {kind: n}} per input; see
+    transforms/common/discovery.py). Each file is listed once even if several inputs
+    name it. Inputs that name nothing are allowed here; the CLI rejects them
+    before the pipeline.
+    """
+
+    def __init__(self, inputs: list[str], suffixes: tuple[str, ...],
+                 max_files_per_batch: int = 256, max_bytes_per_batch: int = 64 << 20):
+        super().__init__()
+        self._inputs = list(inputs)
+        self._suffixes = tuple(suffixes)
+        self._max_files = max_files_per_batch
+        self._max_bytes = max_bytes_per_batch
+
+    def expand(self, pbegin):
+        listed = (
+            pbegin
+            | "Inputs" >> beam.Create(self._inputs)
+            | "List" >> beam.ParDo(_ListInputFn(self._suffixes)).with_outputs(ERRORS, SOURCE_STATS, main="files")
+        )
+        batches = (
+            listed["files"]
+            | "OncePerFile" >> beam.Distinct()  # also spreads files over workers
+            | "Batch" >> beam.ParDo(_BatchFilesFn(self._max_files, self._max_bytes))
+        )
+        return {"batches": batches, ERRORS: listed[ERRORS], SOURCE_STATS: listed[SOURCE_STATS]}
+
+
+class InputError(ValueError):
+    """An input argument that names nothing usable."""
+
+
+def expand_inputs(inputs: list[str], suffixes: tuple[str, ...]) -> list[str]:
+    """The inputs, normalised (absolute local paths), each checked to name at least one file.
+
+    A directory stands for every file with one of the suffixes in its whole
+    tree (lc0 `.gz` and `.tar` by default; EVENT_SUFFIXES for label sampling);
+    listing stops at the first file found, the pipeline lists the rest.
+    Raises InputError naming every input that names no such file.
+    """
+    checked: list[str] = []
+    for item in inputs:
+        events = list(_first_file(list_input(item, suffixes)))
+        if not any(event[0] == "file" for event in events):
+            if [e[:2] for e in events] == [("skip", "not_regular")]:
+                raise InputError(f"input {item!r}: not a regular file (a FIFO, socket or device is never opened)")
+            kinds = ", ".join(suffixes[:-1]) + " or " + suffixes[-1]
+            raise InputError(f"input {item!r}: matches no {kinds} file "
+                             "(directories are searched recursively; hidden files are skipped)")
+        checked.append(normalize(item))
+    return checked
+
+
+def _first_file(events):
+    for event in events:
+        yield event
+        if event[0] == "file":
+            return

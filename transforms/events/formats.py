@@ -1,0 +1,43 @@
+"""Event-log file formats: which files are event logs, and how each is parsed."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pyarrow as pa
+
+EVENT_SUFFIXES = (".parquet", ".csv", ".tsv", ".jsonl", ".json", ".ndjson")
+
+
+def delimiter(fmt: str) -> str:
+    return "," if fmt == "csv" else "\t"
+
+
+@dataclasses.dataclass(frozen=True)
+class EventReadOptions:
+    """What to read from event files, as plain values (they travel to workers)."""
+
+    label_column: str
+    target_values: tuple[str, ...] = ("1",)
+    column_names: tuple[str, ...] = ()  # text files without a header row: their columns, in order
+    column_types: tuple[tuple[str, str], ...] = ()  # (column, Arrow type name) declared for text files
+
+    def declared_types(self) -> dict[str, pa.DataType]:
+        return {name: arrow_type(alias) for name, alias in self.column_types}
+
+
+def arrow_type(alias: str) -> pa.DataType:
+    """An Arrow type from its name ("int64", "string", "double", "bool", "timestamp[ms]", ...)."""
+    try:
+        return pa.type_for_alias(alias)
+    except ValueError:
+        raise ValueError(f"unknown Arrow type {alias!r} (e.g. int64, double, string, bool, timestamp[ms])") from None
+
+
+def format_of(path: str) -> str:
+    name = path.lower()
+    for suffix, fmt in ((".parquet", "parquet"), (".csv", "csv"), (".tsv", "tsv"), (".jsonl", "jsonl"),
+                        (".json", "jsonl"), (".ndjson", "jsonl")):
+        if name.endswith(suffix):
+            return fmt
+    raise ValueError(f"{path}: unknown event file type (expected .parquet, .csv, .tsv, .jsonl)")

@@ -1,0 +1,224 @@
+"""The label-sampling job: event logs in, label-sampled rows spilled per shard.
+
+discover → partitions (files, or record-aligned ranges of large ones, named
+by their path below the inputs' root) → per partition: read, sample
+(ITERATIVE/ADAPTIVE one pass; EXACT after two label-only passes, a priority
+histogram with the counts and then the cut's bucket; TWO_PASS after one
+label-only count pass) → spill per-shard batches. The partitions' schemas are
+unified into the output's (transforms/events/schema.py) before any shard is
+written. WriteShardedOutput does the rest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import apache_beam as beam
+import numpy as np
+
+from shardmill.transforms.common.discovery import ERRORS, SOURCE_STATS, DiscoverFiles, list_input
+from shardmill.transforms.common.keyed_hash import fingerprint
+from shardmill.transforms.common.spill import write_spill
+from shardmill.transforms.events.formats import EVENT_SUFFIXES, EventReadOptions
+from shardmill.transforms.events.partition_sampling import (exact_bucket, exact_label_counts, exact_rows, one_pass_rows,
+                                                   partition_stats, shard_batches, two_pass_rows)
+from shardmill.transforms.events.partitions import EventRange, common_root, split_file
+from shardmill.transforms.events.readers import read_events
+from shardmill.transforms.events.sampling import exact_cut, exact_keep_count, exact_threshold
+from shardmill.transforms.events.schema import PartitionSchema, unify_schemas
+from shardmill.transforms.job import JobOutputs
+from shardmill.transforms.output.lifecycle import RunPaths
+
+_LOG = logging.getLogger(__name__)
+STATS = "stats"
+SCHEMAS = "schemas"
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelSpec:
+    """The label-sampling settings as plain values (protos don't pickle to workers)."""
+
+    options: EventReadOptions
+    ratio: float
+    mode: str
+    seed: int
+    max_partition_bytes: int
+
+    @property
+    def label_column(self) -> str:
+        return self.options.label_column
+
+    def read(self, part: EventRange, labels_only: bool = False):
+        return read_events(part, self.options, labels_only=labels_only)
+
+
+def _label_counts(part: EventRange, spec: LabelSpec) -> tuple[int, int]:
+    is_target = spec.read(part, labels_only=True).target_mask()
+    return int(is_target.sum()), int((~is_target).sum())
+
+
+def _sum_pairs(pairs):
+    pairs = list(pairs)
+    return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+
+
+def _label_histogram(part: EventRange, spec: LabelSpec) -> tuple[int, np.ndarray]:
+    return exact_label_counts(spec.read(part, labels_only=True), spec.seed)
+
+
+class _SumHistograms(beam.CombineFn):
+    """(targets, priority histogram) summed over partitions; the accumulator is one histogram."""
+
+    def create_accumulator(self):
+        return 0, None
+
+    def add_input(self, accumulator, element):
+        targets, histogram = accumulator
+        return targets + element[0], element[1].copy() if histogram is None else histogram + element[1]
+
+    def merge_accumulators(self, accumulators):
+        total = self.create_accumulator()
+        for accumulator in accumulators:
+            if accumulator[1] is not None:
+                total = self.add_input(total, accumulator)
+        return total
+
+    def extract_output(self, accumulator):
+        return accumulator
+
+
+def _exact_cut(totals, ratio: float):
+    targets, histogram = totals
+    non_targets = 0 if histogram is None else int(histogram.sum())
+    return exact_cut(histogram, exact_keep_count(targets, non_targets, ratio)) if non_targets else None
+
+
+def _bucket_priorities(part: EventRange, cut, spec: LabelSpec) -> np.ndarray:
+    if cut is None:
+        return np.zeros(0, np.uint64)
+    return exact_bucket(spec.read(part, labels_only=True), cut[0], spec.seed)
+
+
+def _threshold(bucket_priorities: list[np.ndarray], cut) -> int | None:
+    return None if cut is None else exact_threshold(bucket_priorities, cut[1])
+
+
+class _SampleFileFn(beam.DoFn):
+    """Reads one event file (a partition), samples it, spills its per-shard batches."""
+
+    def __init__(self, spec: LabelSpec, paths: RunPaths, num_shards: int):
+        self._spec = spec
+        self._paths = paths
+        self._num_shards = num_shards
+
+    def process(self, event_range, totals=None, threshold=None):
+        spec = self._spec
+        part = spec.read(event_range)
+        for dead in part.dead_letters:
+            yield beam.pvalue.TaggedOutput(ERRORS, dead.to_dict())
+        if part.table.num_columns:
+            yield beam.pvalue.TaggedOutput(SCHEMAS, PartitionSchema(part.name, part.path, part.table.num_rows,
+                                                                    part.table.schema))
+        if spec.mode in ("ITERATIVE", "ADAPTIVE"):
+            rows = one_pass_rows(part, spec.ratio, spec.mode, spec.seed)
+        elif spec.mode == "EXACT":
+            rows = exact_rows(part, threshold, spec.seed)
+        else:
+            targets, non_targets = totals
+            rate = min(1.0, spec.ratio * targets / non_targets) if non_targets else 0.0
+            rows = two_pass_rows(part, rate, spec.seed)
+        stats = partition_stats(part, rows)
+        if event_range.not_split:
+            stats["not_split"] = event_range.not_split
+        yield beam.pvalue.TaggedOutput(STATS, {"partition": stats})
+        name = f"events-{fingerprint(event_range.path):016x}-{event_range.index:05d}.arrow"
+        self._paths.check_live()
+        yield from write_spill(f"{self._paths.spill_dir}/{name}",
+                               shard_batches(part, rows, spec.seed, self._num_shards))
+
+
+def _partitions(found: tuple, limit: int, root: str) -> list[EventRange]:
+    ranges = split_file(found[0], found[1], limit, root=root)
+    if ranges[0].not_split:
+        _LOG.warning("%s: larger than max_partition_bytes but read whole, not split: %s", found[0],
+                     ranges[0].not_split)
+    return ranges
+
+
+def _record(event_schema, label_column: str) -> dict:
+    return {"record_format": "events", "label_column": label_column, "event_schema": event_schema}
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelPlan:
+    """What the launcher decided: the settings, the inputs and the shard count."""
+
+    spec: LabelSpec
+    inputs: tuple[str, ...]
+    num_shards: int
+
+
+def input_bytes(inputs: list[str]) -> int:
+    """The bytes of every event file the inputs name: an upper bound of the output, known before reading."""
+    return sum(event[2] for item in inputs for event in list_input(item, EVENT_SUFFIXES) if event[0] == "file")
+
+
+class LabelJob(beam.PTransform):
+    """Event files → label-sampled rows spilled per shard (JobOutputs)."""
+
+    def __init__(self, plan: LabelPlan, paths: RunPaths):
+        super().__init__()
+        self._spec = plan.spec
+        self._inputs = list(plan.inputs)
+        self._paths = paths
+        self._num_shards = plan.num_shards
+
+    def expand(self, pbegin):
+        spec = self._spec
+        found = pbegin | "Discover" >> DiscoverFiles(self._inputs, EVENT_SUFFIXES)
+        files = (
+            found["batches"]
+            | "Files" >> beam.FlatMap(lambda batch: batch)
+            | "Partitions" >> beam.FlatMap(_partitions, spec.max_partition_bytes, common_root(self._inputs))
+            | "Spread" >> beam.Reshuffle()
+        )
+        sample = _SampleFileFn(spec, self._paths, self._num_shards)
+        side_inputs = {}
+        if spec.mode == "TWO_PASS":
+            totals = (
+                files
+                | "CountLabels" >> beam.Map(_label_counts, spec)
+                | "Totals" >> beam.CombineGlobally(_sum_pairs)
+            )
+            side_inputs["totals"] = beam.pvalue.AsSingleton(totals)
+        elif spec.mode == "EXACT":
+            cut = (
+                files
+                | "LabelHistograms" >> beam.Map(_label_histogram, spec)
+                | "Histogram" >> beam.CombineGlobally(_SumHistograms())
+                | "Cut" >> beam.Map(_exact_cut, spec.ratio)
+            )
+            threshold = (
+                files
+                | "CutBucket" >> beam.Map(_bucket_priorities, beam.pvalue.AsSingleton(cut), spec)
+                | "AllInBucket" >> beam.combiners.ToList()
+                | "Threshold" >> beam.Map(_threshold, beam.pvalue.AsSingleton(cut))
+            )
+            side_inputs["threshold"] = beam.pvalue.AsSingleton(threshold)
+        sampled = files | "Sample" >> beam.ParDo(sample, **side_inputs).with_outputs(ERRORS, STATS, SCHEMAS,
+                                                                                      main="refs")
+        event_schema = (
+            sampled[SCHEMAS]
+            | "AllSchemas" >> beam.combiners.ToList()
+            | "UnifySchemas" >> beam.Map(unify_schemas)
+        )
+        return JobOutputs(
+            shard_refs=sampled["refs"],
+            num_shards=pbegin | "NumShards" >> beam.Create([self._num_shards]),
+            record=event_schema | "Record" >> beam.Map(_record, spec.label_column),
+            errors=(found[ERRORS], sampled[ERRORS],
+                    event_schema | "SchemaErrors" >> beam.FlatMap(lambda s: [d.to_dict() for d in s.dead_letters]))
+                   | "AllErrors" >> beam.Flatten(),
+            stats=(found[SOURCE_STATS], sampled[STATS]) | "AllStats" >> beam.Flatten(),
+        )

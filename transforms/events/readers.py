@@ -1,0 +1,238 @@
+"""Reading one event partition: Parquet, CSV/TSV, JSON lines, with bad rows as dead letters.
+
+`read_events(part, options)` reads one partition (a whole file, or a range
+of a large one) into an Arrow table with every input column, plus the
+boolean target mask, and returns malformed rows as dead letters naming the
+file and where in it: `line N` for text formats (the file's physical line,
+1-based, header included, quoted newlines counted), `row N` for Parquet (the
+0-based row of the file). A file that can't be read at all, has no label
+column, or whose label column is not a scalar, is one dead letter; the run
+continues.
+
+CSV/TSV columns come from the header row, or from `column_names` for
+headerless files; types are inferred unless declared. When inference meets a
+value it can't convert later in the file, the file is re-read with every
+undeclared column as a string (so no row is dropped for it).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
+
+from shardmill.transforms.common.dead_letter import DeadLetter
+from shardmill.transforms.events.formats import EventReadOptions, delimiter, format_of
+from shardmill.transforms.events.labels import is_label_type, target_mask
+from shardmill.transforms.events.partitions import EventRange
+
+
+@dataclasses.dataclass
+class EventPartition:
+    path: str
+    table: pa.Table  # every input column, rows in file order (bad rows left out)
+    is_target: pa.Array  # bool per row of table
+    dead_letters: list[DeadLetter]
+    name: str = ""  # EventRange.name
+
+    def target_mask(self):
+        """is_target as a numpy bool array."""
+        return self.is_target.to_numpy(zero_copy_only=False).astype(bool)
+
+
+# ---- partition names ----------------------------------------------------------
+
+
+# ---- splitting text at record boundaries -----------------------------------------
+
+
+# ---- reading ------------------------------------------------------------------
+
+
+class _TextLines:
+    """Maps a parsed text's records to the file's physical lines, computed only when an error needs them.
+
+    text is what the parser saw: header bytes (put back before a later range,
+    header_lines physical lines) and then the range, whose first line is the
+    file's first_line.
+    """
+
+    def __init__(self, text: bytes, fmt: str, first_line: int, header_lines: int):
+        self._text = text
+        self._fmt = fmt
+        self._first_line = first_line
+        self._header_lines = header_lines
+        self._starts: list[int] | None = None
+
+    def file_line(self, text_line: int) -> int:
+        if text_line <= self._header_lines:
+            return text_line
+        return self._first_line + text_line - self._header_lines - 1
+
+    def record_starts(self) -> list[int]:
+        """Text line of each record the parser counts (empty lines are not records)."""
+        if self._starts is None:
+            if self._fmt == "jsonl":
+                # Only "\n" ends a line (str.splitlines would also cut at U+2028 and others, which a JSON
+                # string may hold raw).
+                self._starts = [n for n, line in enumerate(self._text.split(b"\n"), start=1) if line.strip()]
+            else:
+                decoded = self._text.decode("utf-8", errors="replace")
+                reader = csv.reader(io.StringIO(decoded, newline=""), delimiter=delimiter(self._fmt), quotechar='"',
+                                    doublequote=True, strict=False)
+                starts, consumed = [], 0
+                for row in reader:
+                    if row:
+                        starts.append(consumed + 1)
+                    consumed = reader.line_num
+                self._starts = starts
+        return self._starts
+
+    def line_of_record(self, number: int) -> int:
+        """File line of the parser's 1-based record number (Arrow's InvalidRow.number)."""
+        starts = self.record_starts()
+        return self.file_line(starts[number - 1]) if 0 < number <= len(starts) else -1
+
+    def lines_of_rows(self, rows: list[int], skipped: set[int], header: bool) -> list[int]:
+        """File lines of table rows (0-based), given the record numbers the parser skipped."""
+        starts = self.record_starts()
+        kept = [n for n in range(2 if header else 1, len(starts) + 1) if n not in skipped]
+        return [self.file_line(starts[kept[r] - 1]) if r < len(kept) else -1 for r in rows]
+
+
+def _read_csv(path: str, text: bytes, fmt: str, options: EventReadOptions, lines: _TextLines,
+              dead: list[DeadLetter], columns: list[str] | None):
+    """(table, location of table rows) for CSV/TSV text."""
+    skipped: dict[int, str] = {}
+
+    def on_invalid(row):
+        skipped[row.number] = f"{row.actual_columns} fields, expected {row.expected_columns}"
+        return "skip"
+
+    header = not options.column_names
+    # Single-threaded parsing is what lets Arrow report the record number of a bad row.
+    read = pacsv.ReadOptions(column_names=list(options.column_names) or None, use_threads=False)
+    parse = pacsv.ParseOptions(delimiter=delimiter(fmt), invalid_row_handler=on_invalid,
+                               newlines_in_values=True)
+    declared = options.declared_types()
+    convert = pacsv.ConvertOptions(column_types=declared, include_columns=columns)
+    try:
+        table = pacsv.read_csv(io.BytesIO(text), read_options=read, parse_options=parse, convert_options=convert)
+    except pa.ArrowInvalid as err:
+        if "CSV conversion error" not in str(err):
+            raise
+        skipped.clear()  # re-read: the handler runs again
+        names = pacsv.open_csv(io.BytesIO(text), read_options=read, parse_options=pacsv.ParseOptions(
+            delimiter=parse.delimiter, invalid_row_handler=lambda row: "skip")).schema.names
+        convert = pacsv.ConvertOptions(column_types={n: declared.get(n, pa.string()) for n in names},
+                                       include_columns=columns)
+        table = pacsv.read_csv(io.BytesIO(text), read_options=read, parse_options=parse, convert_options=convert)
+    for number, detail in sorted(skipped.items()):
+        line = lines.line_of_record(number)
+        dead.append(DeadLetter(path, "read", "malformed_row", f"line {line}: {detail}", member=f"line {line}"))
+    return table, lambda rows: [f"line {n}" for n in lines.lines_of_rows(rows, set(skipped), header)]
+
+
+def _read_jsonl(path: str, text: bytes, lines: _TextLines, dead: list[DeadLetter]):
+    """(table, location of table rows) for JSON lines."""
+    try:
+        table = pajson.read_json(io.BytesIO(text))
+        return table, lambda rows: [f"line {lines.file_line(lines.record_starts()[r])}" for r in rows]
+    except pa.ArrowInvalid:
+        pass  # find the bad lines one by one
+    values, row_lines = [], []
+    for number, raw in enumerate(text.split(b"\n"), start=1):  # only "\n" ends a line (not U+2028 and kin)
+        if not raw.strip():
+            continue
+        line = raw.decode("utf-8", errors="replace")
+        where = f"line {lines.file_line(number)}"
+        try:
+            value = json.loads(line)
+        except ValueError as err:
+            dead.append(DeadLetter(path, "read", "malformed_row", f"{where}: {err}", member=where))
+            continue
+        if not isinstance(value, dict):
+            dead.append(DeadLetter(path, "read", "malformed_row", f"{where}: not a JSON object", member=where))
+            continue
+        values.append(value)
+        row_lines.append(where)
+    return pa.Table.from_pylist(values), lambda rows: [row_lines[r] for r in rows]
+
+
+def _read_text(path: str, f, part: EventRange, fmt: str, options: EventReadOptions, dead: list[DeadLetter],
+               columns: list[str] | None):
+    header = b""
+    if part.end < 0:
+        text = f.read()
+    else:
+        if part.start > 0 and fmt != "jsonl" and not options.column_names:
+            header = f.read(part.header_end)  # a later range: put the header back
+        f.seek(part.start)
+        text = header + f.read(part.end - part.start)
+    lines = _TextLines(text, fmt, part.first_line, header.count(b"\n"))
+    if fmt == "jsonl":
+        return _read_jsonl(path, text, lines, dead)
+    return _read_csv(path, text, fmt, options, lines, dead, columns)
+
+
+def _read_parquet(f, part: EventRange, columns: list[str] | None, label_column: str):
+    parquet = pq.ParquetFile(f)
+    if columns and label_column not in parquet.schema_arrow.names:
+        columns = None  # let the missing-column check report it
+    metadata = parquet.metadata
+    end = metadata.num_row_groups if part.end_group < 0 else part.end_group
+    first_row = sum(metadata.row_group(g).num_rows for g in range(part.first_group))
+    table = parquet.read_row_groups(list(range(part.first_group, end)), columns=columns)
+    return table, lambda rows: [f"row {first_row + r}" for r in rows]
+
+
+def read_events(part: str | EventRange, options: EventReadOptions, opener=None,
+                labels_only: bool = False) -> EventPartition:
+    """One partition (a file, or an EventRange of one); never raises for bad data (it becomes dead letters).
+
+    labels_only: materialise only the label column (Parquet reads just that
+    column; CSV still tokenizes every line; JSON lines parses everything).
+    """
+    from shardmill.transforms.common.filesystem import default_opener
+
+    part = part if isinstance(part, EventRange) else EventRange(part)
+    path = part.path
+    dead: list[DeadLetter] = []
+    label = options.label_column
+    empty = EventPartition(path, pa.table({}), pa.array([], pa.bool_()), dead, part.name)
+    columns = [label] if labels_only else None
+    try:
+        fmt = format_of(path)
+        with (opener or default_opener)(path) as f:
+            if fmt == "parquet":
+                table, locate = _read_parquet(f, part, columns, label)
+            else:
+                table, locate = _read_text(path, f, part, fmt, options, dead, columns)
+    except (OSError, ValueError, pa.ArrowException) as err:
+        dead.append(DeadLetter(path, "read", "unreadable", str(err)))
+        return empty
+    if label not in table.column_names:
+        dead.append(DeadLetter(path, "read", "missing_label_column",
+                               f"no column {label!r} (columns: {', '.join(table.column_names)})"))
+        return empty
+    labels = table[label]
+    if not is_label_type(labels.type):
+        dead.append(DeadLetter(path, "read", "unsupported_label_type",
+                               f"column {label!r} is {labels.type}: labels must be strings, integers, floats "
+                               "or booleans"))
+        return empty
+    missing = pc.is_null(labels)
+    if pc.any(missing).as_py():
+        rows = pc.indices_nonzero(missing).to_pylist()
+        for where in locate(rows):
+            dead.append(DeadLetter(path, "read", "malformed_row", f"{where}: {label} is null", member=where))
+        table = table.filter(pc.invert(missing))
+        labels = table[label]
+    return EventPartition(path, table, target_mask(labels, options.target_values), dead, part.name)

@@ -1,0 +1,47 @@
+"""The label job's sampling statistics and its summary text."""
+
+from __future__ import annotations
+
+from shardmill.transforms.events.sampling import exact_keep_count
+
+
+def render_label_summary(manifest: dict) -> str:
+    stats = manifest["stats"]["label_sampling"]
+    acc = manifest["stats"]["accounting"]
+    achieved = "n/a" if stats["achieved_ratio"] is None else f"{stats['achieved_ratio']:.4f}"
+    lines = [
+        f"label sampling {stats['mode']}: ratio requested {stats['requested_ratio']:g}, achieved {achieved}",
+        f"records in  {acc['records_read']:>14,}   ({acc['partitions']} partition(s))",
+        f"targets     {stats['targets']:>14,}   all kept",
+        f"non-targets {stats['non_targets_in']:>14,}   kept {stats['non_targets_out']:,} "
+        f"(exact count would be {stats['exact_target_count']:,})",
+        f"records out {acc['records_written']:>14,}   in {manifest['num_shards']} shard(s)",
+        f"errors {sum(acc['errors_by_reason'].values()):,}" + ("" if not acc["errors_by_reason"] else ": " + ", ".join(
+            f"{k} {v}" for k, v in acc["errors_by_reason"].items())),
+        f"time {manifest['stats']['timings']['seconds']:.1f} s",
+    ]
+    if acc.get("partitions_left_out"):
+        lines.insert(-1, f"partitions left out {acc['partitions_left_out']} (column types that can't be unified; "
+                         "see the schema_conflict errors)")
+    if acc.get("files_not_split"):
+        lines.insert(-1, f"files read whole, not split (a quote inside an unquoted field): "
+                         f"{', '.join(acc['files_not_split'][:5])}" + (" ..." if len(acc["files_not_split"]) > 5 else ""))
+    return "\n".join(lines)
+
+
+def label_sampling_stats(stats: list[dict], ratio: float, mode: str) -> dict:
+    targets = sum(s["targets"] for s in stats)
+    non_in = sum(s["non_targets_in"] for s in stats)
+    non_out = sum(s["non_targets_out"] for s in stats)
+    achieved = non_out / targets if targets else None
+    return {
+        "mode": mode,
+        "requested_ratio": ratio,
+        "targets": targets,
+        "non_targets_in": non_in,
+        "non_targets_out": non_out,
+        "achieved_ratio": achieved,
+        "ratio_error": None if achieved is None else achieved - ratio,
+        "exact_target_count": exact_keep_count(targets, non_in, ratio),
+        "partitions": sorted(stats, key=lambda s: s["partition"]),
+    }

@@ -1,0 +1,107 @@
+"""The contract every job kind keeps: one folder under transforms/, one JobKind, one registry line.
+
+A run goes the same way for every kind (pipelines/run_job.py):
+
+  kind.validate(config)                on the launcher, before anything else: ConfigError naming the field
+  inputs = kind.inputs(config)         the input patterns, each checked to name a file (InputError)
+  plan = kind.plan(config, inputs)     on the launcher, before the output is touched: every check that can be
+                                       made before work (InputError, PlanError), and what the workers need
+                                       (indices, shard count when it is known up front); picklable
+  job = kind.transform(config, plan, paths)
+  p | job | WriteShardedOutput(paths, kind.shard_format(config, plan), ...)
+
+`job.expand(pbegin)` returns JobOutputs, the inputs of WriteShardedOutput:
+the rows spilled per shard (transforms/common/spill.py), the shard count
+(one int: sized by output/shard_count.py, the same guards for every kind),
+one record description, and the dead letters and stats of the kind, if any.
+The ShardFormat turns a shard's batches into its table and the stats into
+the manifest's; the kind's summary and plots read that manifest back.
+
+A kind reads only its own config section (the member of JobConfig's `job`
+oneof named by `config_field`) and the shared fields (input, seed, output,
+max_error_fraction).
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+
+class _RequiredOutputs(TypedDict):
+    shard_refs: Any  # PCollection of (shard, (spill path, batch index)) pairs
+    num_shards: Any  # PCollection of one int
+    record: Any  # PCollection of one dict: record_format and what describes a row of this kind
+
+
+class JobOutputs(_RequiredOutputs, total=False):
+    """What a job's expand() returns: the PCollections WriteShardedOutput consumes.
+
+    A dict (Beam takes a dict of PCollections as a composite's output); a kind
+    that meets no bad input or has no stats of its own leaves those keys out.
+    """
+
+    errors: Any  # PCollection of dead-letter dicts
+    stats: Any  # PCollection of dicts that the ShardFormat's finish_stats combines
+
+
+class JobKind:
+    """One kind of job. Subclasses set the class attributes and implement the methods.
+
+    Instances are stateless and cheap; Beam graph code is imported inside
+    transform(), so validating, inspecting and summarising need no Beam.
+    """
+
+    name: str  # the manifest's job_kind and the registry key
+    config_field: str  # the member of JobConfig's `job` oneof holding this kind's settings
+    record_format: str  # the manifest's record_format
+    description: str  # one line for `shardmill --help` and `run --help`
+    input_suffixes: tuple[str, ...] | None  # the files a directory input stands for; None: no `input`
+
+    def validate(self, config) -> None:
+        """ConfigError naming the first invalid field of this kind's section."""
+        raise NotImplementedError
+
+    def inputs(self, config, check_remote: bool = True) -> list[str]:
+        """The input patterns; InputError for an input that matches nothing.
+
+        check_remote=False takes gs:// and s3:// patterns as they are (a dry
+        run may lack the credentials to list them).
+        """
+        from shardmill.transforms.common.discovery import expand_inputs
+        from shardmill.transforms.common.filesystem import is_local
+
+        if self.input_suffixes is None:
+            return []
+        items = list(config.input)
+        remote = [] if check_remote else [i for i in items if not is_local(i)]
+        local = [i for i in items if i not in remote]
+        return (expand_inputs(local, self.input_suffixes) if local else []) + remote
+
+    def plan(self, config, inputs: list[str]):
+        """Launcher-side work before the pipeline: checks that can fail early, and what the workers need."""
+        return None
+
+    def transform(self, config, plan, paths):
+        """The job's composite PTransform; its expand(pbegin) returns JobOutputs."""
+        raise NotImplementedError
+
+    def shard_format(self, config, plan):
+        """The ShardFormat (output/shard_format.py) of this kind's shards."""
+        raise NotImplementedError
+
+    def describe(self, manifest: dict) -> str:
+        """A few words on what the rows are, for `inspect`'s first line."""
+        return manifest["record_format"]
+
+    def render_summary(self, manifest: dict) -> str:
+        """The run's summary lines (printed after `run` and by `inspect`)."""
+        raise NotImplementedError
+
+    def plot(self, manifest: dict, path: str) -> None:
+        """Charts of the run's statistics to a PNG (`inspect --plot`)."""
+        raise NotImplementedError
+
+    def count(self, config, args, options) -> int:
+        """`shardmill count` (args: its parsed command line) for this kind; ValueError where it has none."""
+        raise ValueError(f"count indexes lc0 chunk files; a {self.name} job has no count step "
+                         "(`shardmill run --dry-run` checks its inputs)")

@@ -1,0 +1,239 @@
+"""Stage 4 kernel: read the planned chunks of a task and cut out their records.
+
+For a ReadTask (chunks of one or more sources, each in file order) it inflates each chunk,
+verifies the indexed record count and every record's version, emits the
+positions of every planned use, and gives each emitted record its shard and
+order key. The output is one Arrow RecordBatch per shard (SHUFFLE_SCHEMA).
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import io
+import os
+
+import numpy as np
+import pyarrow as pa
+
+from shardmill.native_ext import _native
+from shardmill.transforms.common.dead_letter import DeadLetter
+from shardmill.transforms.common.filesystem import Opener, default_opener
+from shardmill.transforms.lc0.gzip_chunks import MAX_DEFLATE_RATIO, ChunkError, ChunkSpan, inflate_chunk
+from shardmill.transforms.lc0.plan import ReadTask
+from shardmill.transforms.lc0.sampling import emissions, shuffle_keys
+
+# Threads inflating chunks inside one load task (Arrow's inflate releases the GIL).
+INFLATE_THREADS = min(4, os.cpu_count() or 1)
+
+
+def shuffle_schema(record_size: int) -> pa.Schema:
+    """Columns of the batches moved by the shuffle; order_key is dropped when shards are written."""
+    return pa.schema([
+        pa.field("frame", pa.binary(record_size), nullable=False),  # one raw lc0 record
+        pa.field("source", pa.string(), nullable=False),  # sort key of the chunk's source
+        pa.field("chunk", pa.int32(), nullable=False),  # chunk ordinal within the source
+        pa.field("use_count", pa.int32(), nullable=False),  # the use that emitted the record
+        pa.field("position", pa.int32(), nullable=False),  # record index within the chunk
+        pa.field("order_key", pa.uint64(), nullable=False),
+    ])
+
+
+@dataclasses.dataclass
+class LoadedTask:
+    batches: dict[int, pa.RecordBatch]  # shard -> records
+    dead_letters: list[DeadLetter]
+    chunks_loaded: int = 0
+    uses_written: int = 0
+    records_written: int = 0
+
+
+def _inflate_expected(compressed: bytes, expected_size: int, max_bytes: int):
+    """The chunk's payload, inflated by Arrow into a buffer of the indexed size.
+
+    Arrow's gzip codec checks every member's CRC, follows multi-member
+    streams, releases the GIL (so chunks inflate in parallel threads) and
+    writes into one pool-allocated buffer. When the payload is not exactly
+    the indexed size or is broken, the streaming inflater runs instead to
+    say precisely what is wrong.
+
+    Arrow pads a short payload up to the requested size without an error, so
+    it is only used when the trailer proves the size: under 2^32/1032
+    compressed bytes the payload is under 4 GiB, so an ISIZE equal to the
+    expected size means the last member alone holds that many bytes, and a
+    longer payload would overflow the buffer, which Arrow does report.
+    """
+    provable = (
+        len(compressed) * MAX_DEFLATE_RATIO < 2**32
+        and int.from_bytes(compressed[-4:], "little") == expected_size
+    )
+    if provable:
+        try:
+            return pa.decompress(compressed, decompressed_size=expected_size, codec="gzip", asbytes=False)
+        except (OSError, pa.ArrowException):
+            pass
+    return inflate_chunk(ChunkSpan(io.BytesIO(compressed), 0, len(compressed)), max_bytes)
+
+
+def _records_of_chunk(compressed: bytes, row: dict, max_bytes: int) -> np.ndarray:
+    """The chunk's records as an (n, record_size) uint8 array, verified against the index."""
+    size, n = row["record_size"], row["num_records"]
+    if len(compressed) < row["length"]:
+        raise ChunkError("truncated", f"source ends after {len(compressed)} of the chunk's {row['length']} bytes")
+    payload = _inflate_expected(compressed, n * size, max_bytes)
+    if len(payload) != n * size:
+        raise ChunkError("count_mismatch",
+                         f"inflated to {len(payload)} bytes = {len(payload) / size:g} records, index says {n}")
+    records = np.frombuffer(payload, dtype=np.uint8).reshape(n, size)
+    versions = records[:, :4].copy().view("<u4").ravel()
+    bad = np.flatnonzero(versions != row["version"])
+    if len(bad):
+        raise ChunkError("corrupt", f"record {bad[0]} has version {versions[bad[0]]}, chunk is V{row['version']}")
+    return records
+
+
+def _scatter_chunk(compressed: bytes, row: dict, positions: np.ndarray, dest_rows: np.ndarray,
+                   frame: np.ndarray, max_bytes: int) -> None:
+    """Inflates one chunk and copies record positions[i] to frame[dest_rows[i]].
+
+    The native kernel does it with the GIL released when the gzip trailer
+    proves the size. Otherwise, or when it finds the chunk broken, the
+    streaming path runs so the ChunkError says precisely what is wrong.
+    """
+    try:
+        outcome = _native.scatter_chunk_records(compressed, row["num_records"], row["record_size"], row["version"],
+                                                positions, dest_rows, frame)
+    except _native.NativeError:
+        outcome = None
+    if outcome == -1:
+        return
+    if outcome is None or outcome >= 0:  # let the checking path name the problem
+        records = _records_of_chunk(compressed, row, max_bytes)
+        frame[dest_rows] = records[positions]
+
+
+def _plan_emissions(rows: list[dict], params, num_shards: int):
+    """Every record the task writes (each chunk's emission range), known from the index alone.
+
+    Returns (row, chunk, use_count, position, order_key, shard, per-row
+    emission offsets) with emissions grouped by row in task order.
+    """
+    emitted = [emissions(row["chunk_key"], row["num_records"], params.position_count, params.seed,
+                         row["emit_start"], row["emit_stop"]) for row in rows]
+    counts = np.array([len(pos) for _, pos in emitted], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    row_of = np.repeat(np.arange(len(rows), dtype=np.int32), counts)
+    chunk = np.array([row["chunk"] for row in rows], dtype=np.int32)[row_of]
+    keys = np.array([row["chunk_key"] for row in rows], dtype=np.uint64)[row_of]
+    use = np.concatenate([u for u, _ in emitted]).astype(np.int32)
+    pos = np.concatenate([p for _, p in emitted]).astype(np.int64)
+    shard, order = shuffle_keys(keys, use, pos, params.seed, num_shards)
+    return row_of, chunk, use, pos, order, shard, offsets
+
+
+def _runs_by_source(rows: list[dict]):
+    """(source, [row indices]) for each run of consecutive rows of one source (tasks keep file order)."""
+    start = 0
+    for end in range(1, len(rows) + 1):
+        if end == len(rows) or rows[end]["source"] != rows[start]["source"]:
+            yield rows[start]["source"], range(start, end)
+            start = end
+
+
+def load_task(task: ReadTask, opener: Opener = default_opener, threads: int = INFLATE_THREADS) -> LoadedTask:
+    """Reads a task's chunks in file order, source after source; bad chunks become dead letters ('load').
+
+    Every emitted record's shard and row are planned first, so each chunk's
+    records go straight to their row of one frame array in shard order.
+    Compressed bytes are read sequentially; inflating and scattering run on
+    `threads` threads, at most 2 * threads chunks ahead.
+    """
+    rows = task.chunks.to_pylist()
+    if not rows:
+        return LoadedTask({}, [])
+    record_size = rows[0]["record_size"]
+    if any(row["record_size"] != record_size for row in rows):
+        raise ValueError(f"read task for {task.source} mixes record sizes")  # the plan keeps one version
+    row_of, chunk, use, pos, order, shard, offsets = _plan_emissions(rows, task.params, task.num_shards)
+    by_shard = np.argsort(shard, kind="stable")
+    dest = np.empty_like(by_shard)
+    dest[by_shard] = np.arange(len(by_shard))  # emission i goes to row dest[i]
+    frame = np.empty((len(by_shard), record_size), dtype=np.uint8)
+    failed = np.zeros(len(rows), dtype=bool)
+    dead: list[tuple[int, DeadLetter]] = []  # (row index, dead letter)
+    pending: collections.deque = collections.deque()  # (row index, future) in file order
+
+    def fail(i: int, reason: str, detail: str) -> None:
+        failed[i] = True
+        dead.append((i, DeadLetter(rows[i]["source"], "load", reason, detail, rows[i]["member"], rows[i]["chunk"])))
+
+    def collect_oldest():
+        i, future = pending.popleft()
+        try:
+            future.result()
+        except ChunkError as err:
+            fail(i, err.reason, err.detail)
+
+    with concurrent.futures.ThreadPoolExecutor(max(1, threads)) as pool:
+        for source, indices in _runs_by_source(rows):
+            read = indices.start
+            try:
+                with opener(source) as fileobj:
+                    for i in indices:
+                        row = rows[i]
+                        fileobj.seek(row["offset"])
+                        compressed = fileobj.read(row["length"])
+                        read = i + 1
+                        lo, hi = offsets[i], offsets[i + 1]
+                        pending.append((i, pool.submit(_scatter_chunk, compressed, row, pos[lo:hi], dest[lo:hi],
+                                                       frame, task.max_chunk_bytes)))
+                        if len(pending) > 2 * threads:
+                            collect_oldest()
+            except OSError as err:  # opening or reading failed: the source's chunks not yet read are unreadable
+                for i in range(read, indices.stop):
+                    fail(i, "unreadable", str(err))
+        while pending:
+            collect_oldest()
+    # Columns in shard order; rows of failed chunks (never written) are dropped.
+    keep = ~failed[row_of][by_shard]
+    if not keep.all():
+        frame = frame[keep]
+    by_shard = by_shard[keep]
+    row_of, chunk, use, pos, order = row_of[by_shard], chunk[by_shard], use[by_shard], pos[by_shard], order[by_shard]
+    bounds = np.searchsorted(shard[by_shard], np.arange(task.num_shards + 1))
+    schema = shuffle_schema(record_size)
+    sort_keys, key_of_row = np.unique(np.array([row["sort_key"] for row in rows], dtype=object).astype(str),
+                                      return_inverse=True)
+    sort_keys = pa.array(sort_keys.tolist(), pa.string())
+    key_of_row = key_of_row.reshape(-1).astype(np.int32)
+    batches = {}
+    for s in range(task.num_shards):
+        lo, hi = bounds[s], bounds[s + 1]
+        if hi == lo:
+            continue
+        batches[s] = pa.RecordBatch.from_arrays(
+            [
+                pa.FixedSizeBinaryArray.from_buffers(schema.field("frame").type, int(hi - lo),
+                                                     [None, pa.py_buffer(frame[lo:hi])]),
+                pa.DictionaryArray.from_arrays(key_of_row[row_of[lo:hi]], sort_keys).cast(pa.string()),
+                pa.array(chunk[lo:hi]),
+                pa.array(use[lo:hi]),
+                pa.array(pos[lo:hi].astype(np.int32)),
+                pa.array(order[lo:hi]),
+            ],
+            schema=schema,
+        )
+    # A chunk split over several tasks is counted (loaded, or failed) by the task holding its
+    # first emission, and each of its uses by the task holding the use's first emission.
+    first_part = np.array([row["emit_start"] == 0 for row in rows], dtype=bool)
+    loaded = int((~failed & first_part).sum())
+    uses_written = sum(_uses_starting_in(row, task.params.position_count) for row, bad in zip(rows, failed)
+                       if not bad)
+    reported = [d for i, d in dead if first_part[i]]
+    return LoadedTask(batches, reported, loaded, uses_written, len(frame))
+
+
+def _uses_starting_in(row: dict, position_count: int) -> int:
+    per_use = row["num_records"] if position_count <= 0 else position_count
+    return -(-row["emit_stop"] // per_use) - -(-row["emit_start"] // per_use)

@@ -1,0 +1,82 @@
+"""Stage 6 kernel: one shard = its records sorted by order key, written as Parquet.
+
+Records of a shard arrive as batches in any order; sorting by the order key
+(ties broken by identity) makes the file independent of arrival order, worker
+count and runner, so the bytes are identical for the same plan.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shardmill.transforms.common.discovery import skipped_files
+from shardmill.transforms.lc0.loading import shuffle_schema
+from shardmill.transforms.lc0.summary import accounting
+from shardmill.transforms.output.shard_format import ShardFormat
+
+ORDER_COLUMNS = ["order_key", "source", "chunk", "use_count", "position"]
+
+
+def output_schema(record_size: int) -> pa.Schema:
+    return shuffle_schema(record_size).remove(shuffle_schema(record_size).get_field_index("order_key"))
+
+
+def _final_order(table: pa.Table) -> np.ndarray:
+    """Row order of a shard: by order key, ties (rare: a 64-bit hash) broken by identity."""
+    keys = table["order_key"].to_numpy()
+    order = np.argsort(keys, kind="stable")
+    if len(keys) > 1 and (np.diff(keys[order]) == 0).any():
+        order = pc.sort_indices(table, sort_keys=[(c, "ascending") for c in ORDER_COLUMNS]).to_numpy()
+    return order
+
+
+def shard_table(batches: list[pa.RecordBatch], record_size: int) -> pa.Table:
+    """The shard's rows in their final order, without the order key.
+
+    The frames are copied once, from the arriving batches straight to their
+    final row (numpy: one memcpy per row, faster than Arrow's take on
+    fixed_size_binary); only the small columns are concatenated first.
+    """
+    schema = shuffle_schema(record_size)
+    small = pa.Table.from_batches([b.drop_columns(["frame"]) for b in batches],
+                                  schema=schema.remove(schema.get_field_index("frame"))).combine_chunks()
+    order = _final_order(small)
+    final_row = np.empty_like(order)
+    final_row[order] = np.arange(len(order))
+    gathered = np.empty((len(order), record_size), dtype=np.uint8)
+    start = 0
+    for batch in batches:
+        frames = batch.column("frame")
+        rows = np.frombuffer(frames.buffers()[1], dtype=np.uint8, count=len(frames) * record_size,
+                             offset=frames.offset * record_size).reshape(len(frames), record_size)
+        gathered[final_row[start:start + len(frames)]] = rows
+        start += len(frames)
+    columns = [pa.FixedSizeBinaryArray.from_buffers(schema.field("frame").type, len(order),
+                                                    [None, pa.py_buffer(gathered)])]
+    columns += [small[name].take(order) for name in ("source", "chunk", "use_count", "position")]
+    return pa.Table.from_arrays(columns, schema=output_schema(record_size))
+
+
+# The lc0 shards' Parquet options: `source` repeats within a row group, the rest does not.
+LC0_PARQUET_OPTIONS = {"use_dictionary": ["source"], "write_statistics": ["source", "chunk", "use_count", "position"]}
+
+
+class Lc0ShardFormat(ShardFormat):
+    job_kind = "lc0"
+    parquet_options = LC0_PARQUET_OPTIONS
+
+    def table(self, batches, record):
+        return shard_table(batches, record["record_size"])
+
+    def row_bytes(self, table, record):
+        return record["record_size"]
+
+    def finish_stats(self, parts, shards, dead_letters):
+        plan_stats = next(p["plan"] for p in parts if "plan" in p)
+        loads = [p["load"] for p in parts if "load" in p]
+        acc = accounting(plan_stats, loads, dead_letters, shards)
+        acc["sources_indexed"] = sum(p.get("sources", 0) for p in parts)
+        acc["files_skipped"] = skipped_files(parts)
+        return {"accounting": acc, "sampling": plan_stats["sampling"]}

@@ -1,0 +1,58 @@
+"""The lc0 job's accounting (every chunk ends in exactly one bucket) and its summary text."""
+
+from __future__ import annotations
+
+import collections
+
+from shardmill.transforms.common.dead_letter import count_reasons
+
+
+def accounting(plan_stats: dict, load_stats: list[dict], dead_letters: list[dict], shards: list[dict]) -> dict:
+    """The plan's accounting completed with what loading and writing did, plus the balance checks."""
+    acc = dict(plan_stats["accounting"])
+    by_stage = collections.Counter(d["stage"] for d in dead_letters)
+    chunk_errors = collections.Counter(d["stage"] for d in dead_letters if d["chunk"] >= 0)
+    acc["chunks_loaded"] = sum(s["chunks_loaded"] for s in load_stats)
+    acc["chunks_failed_at_load"] = chunk_errors["load"]
+    acc["uses_written"] = sum(s["uses_written"] for s in load_stats)
+    acc["records_written"] = sum(s["rows"] for s in shards)
+    acc["index_chunk_errors"] = chunk_errors["index"]
+    acc["source_errors"] = sum(1 for d in dead_letters if d["chunk"] < 0)
+    acc["errors_by_stage"] = dict(sorted(by_stage.items()))
+    acc["errors_by_reason"] = count_reasons(dead_letters)
+    acc["balanced"] = (
+        acc["chunks_indexed"]
+        == acc["chunks_rejected_by_plan"] + acc["chunks_outside_window"] + acc["chunks_never_accepted"]
+        + acc["chunks_used"]
+        and acc["chunks_used"] == acc["chunks_loaded"] + acc["chunks_failed_at_load"]
+        and acc["records_written"] == sum(s["records_written"] for s in load_stats)
+    )
+    met = acc["chunks_indexed"] + acc["index_chunk_errors"] + acc["source_errors"]
+    errors = acc["index_chunk_errors"] + acc["source_errors"] + acc["chunks_rejected_by_plan"] + acc[
+        "chunks_failed_at_load"]
+    acc["error_fraction"] = errors / met if met else 0.0
+    return acc
+
+
+def render_lc0_summary(manifest: dict) -> str:
+    acc = manifest["stats"]["accounting"]
+    sampling = manifest["stats"]["sampling"]
+    timings = manifest["stats"].get("timings", {})
+    rate = sampling["accepted"] / sampling["proposals"] if sampling["proposals"] else 0.0
+    lines = [
+        f"records in  {acc['records_indexed']:>14,}   ({acc['chunks_indexed']:,} chunks indexed)",
+        f"records out {acc['records_written']:>14,}   in {manifest['num_shards']} shard(s), "
+        f"{sum(s['bytes'] for s in manifest['shards']) / 1e6:,.1f} MB",
+        f"proposals   {sampling['proposals']:>14,}   accepted {sampling['accepted']:,} ({rate:.1%}), "
+        f"rejected {sampling['proposals'] - sampling['accepted']:,}",
+        f"chunks: used {acc['chunks_used']:,}, never accepted {acc['chunks_never_accepted']:,}, "
+        f"outside window {acc['chunks_outside_window']:,}, rejected by plan {acc['chunks_rejected_by_plan']:,}, "
+        f"failed at load {acc['chunks_failed_at_load']:,}",
+        f"errors {sum(acc['errors_by_reason'].values()):,} ({acc['error_fraction']:.2%} of chunks met)"
+        + ("" if not acc["errors_by_reason"] else ": " + ", ".join(
+            f"{k} {v}" for k, v in acc["errors_by_reason"].items())),
+        f"accounting {'balances' if acc['balanced'] else 'DOES NOT BALANCE'}",
+    ]
+    if "seconds" in timings:
+        lines.append(f"time {timings['seconds']:.1f} s")
+    return "\n".join(lines)

@@ -1,0 +1,71 @@
+"""A shard as a Parquet file: the per-kind ShardFormat contract and the one shard writer.
+
+Every job kind hands WriteShardedOutput a ShardFormat, which turns a shard's
+spilled batches into its final table and the job's stats into the
+manifest's; write_shard_file encodes the table (zstd, row groups sized by
+bytes) and returns the shard's manifest entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from shardmill.transforms.common.filesystem import write_bytes_atomically
+from shardmill.transforms.output.contract import SHARD_VERSION_KEY, shardmill_version
+
+
+class ShardFormat:
+    """How one job kind turns a shard's batches into its Parquet file, and its stats into the manifest's.
+
+    Subclasses are plain picklable objects (they travel to workers).
+    """
+
+    job_kind = ""
+    parquet_options: dict = {}
+
+    def table(self, batches: list[pa.RecordBatch], record: dict) -> pa.Table:
+        """The shard's rows in their final order."""
+        raise NotImplementedError
+
+    def manifest_record(self, record: dict) -> dict:
+        """The record description as the manifest states it (default: as the job made it)."""
+        return record
+
+    def row_bytes(self, table: pa.Table, record: dict) -> int:
+        """Bytes of one row, for sizing row groups (default: the table's average)."""
+        return max(1, table.nbytes // table.num_rows) if table.num_rows else 1
+
+    def finish_stats(self, parts: list[dict], shards: list[dict], dead_letters: list[dict]) -> dict:
+        """The manifest's stats; must hold accounting.error_fraction. A `timings` entry joins the run's."""
+        raise NotImplementedError
+
+
+def encode_shard(table: pa.Table, row_group_rows: int, zstd_level: int, **parquet_options) -> bytes:
+    # The writer's version in the file itself: a shard copied out of its output still says what wrote it.
+    metadata = dict(table.schema.metadata or {})
+    metadata[SHARD_VERSION_KEY.encode()] = shardmill_version().encode()
+    table = table.replace_schema_metadata(metadata)
+    sink = io.BytesIO()
+    pq.write_table(table, sink, row_group_size=max(1, row_group_rows), compression="zstd",
+                   compression_level=zstd_level, **parquet_options)
+    return sink.getvalue()
+
+
+def write_shard_file(path: str, name: str, table: pa.Table, row_group_rows: int, zstd_level: int = 1,
+                     **parquet_options) -> dict:
+    """Writes a finished shard table as Parquet atomically; returns its manifest entry (path = name)."""
+    data = encode_shard(table, row_group_rows, zstd_level, **parquet_options)
+    write_bytes_atomically(path, data)
+    metadata = pq.ParquetFile(io.BytesIO(data)).metadata
+    return {
+        "path": name,
+        "rows": table.num_rows,
+        "row_groups": [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)],
+        "bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "schema": [{"name": f.name, "type": str(f.type)} for f in table.schema],
+    }

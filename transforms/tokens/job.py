@@ -1,0 +1,140 @@
+"""The token job: Megatron `.idx/.bin` corpora in, Megatron's GPT samples of one split spilled per shard.
+
+The launcher has built Megatron's indices (plan.py); they are kept in the
+output as `_gNNNNNN/megatron-indices.npz` (INDICES_NAME), from where every
+worker loads them once. Workers materialise contiguous ranges of the split's
+sample stream, one range per shard, so shard k holds positions
+[k·n, (k+1)·n) of the stream Megatron serves for that split (GPTDataset[i],
+or BlendedDataset[i]) and reading the shards in order yields exactly it.
+"""
+
+from __future__ import annotations
+
+import io
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from shardmill.native_ext import copy_runs
+from shardmill.transforms.common.filesystem import file_size, is_local, read_all, write_bytes_atomically
+from shardmill.transforms.common.spill import write_spill
+from shardmill.transforms.job import JobOutputs
+from shardmill.transforms.output.lifecycle import RunPaths
+from shardmill.transforms.tokens.megatron_index import (GPTIndices, IndexedDataset, parse_index, sample_byte_runs,
+                                                        sample_tokens)
+from shardmill.transforms.tokens.plan import INDICES_NAME, TokenPlan
+
+GATHER_TOKENS = 1 << 22  # tokens per batch of runs copied from a `.bin`
+_CACHE: dict[str, tuple] = {}  # per worker process: indices file -> (datasets, indices, blend)
+
+
+def _tokens(bin_path: str, dataset: IndexedDataset, indices: GPTIndices, samples: np.ndarray, seq_length: int,
+            add_extra: bool) -> np.ndarray:
+    """The tokens of unshuffled samples `samples` (n, seq_length + extra), in the corpus' dtype.
+
+    Local `.bin` files are mapped and their runs copied natively, a batch of
+    samples at a time; object stores are read sample by sample."""
+    width = seq_length + int(add_extra)
+    out = np.empty((len(samples), width), dtype=dataset.dtype)
+    if is_local(bin_path) and "://" not in bin_path and len(samples):
+        data = np.memmap(bin_path, dtype=np.uint8, mode="r")
+        step = max(1, GATHER_TOKENS // width)
+        for begin in range(0, len(samples), step):
+            starts, lengths = sample_byte_runs(dataset, indices, samples[begin:begin + step], seq_length, add_extra)
+            copy_runs(data, starts, lengths, out[begin:begin + step].reshape(-1).view(np.uint8))
+        return out
+    with FileSystems.open(bin_path, compression_type=CompressionTypes.UNCOMPRESSED) as bin_file:
+        for row, sample in enumerate(samples):
+            out[row] = sample_tokens(bin_file, dataset, indices, int(sample), add_extra)
+    return out
+
+
+def _load(indices_path: str, prefixes: list[str], blended: bool):
+    if indices_path not in _CACHE:
+        arrays = np.load(io.BytesIO(read_all(indices_path)))
+        datasets, indices = [], []
+        for k, prefix in enumerate(prefixes):
+            name = f"corpus{k}_" if blended else ""
+            datasets.append(parse_index(read_all(prefix + ".idx"), prefix + ".idx", file_size(prefix + ".bin")))
+            indices.append(GPTIndices(arrays[name + "document_index"], arrays[name + "sample_index"],
+                                      arrays[name + "shuffle_index"], 0, False))
+        blend = (arrays["blend_dataset_index"], arrays["blend_dataset_sample_index"]) if blended else None
+        _CACHE[indices_path] = (datasets, indices, blend)
+    return _CACHE[indices_path]
+
+
+def _materialize(task, indices_path, prefixes, blended, seq_length, add_extra, tokens_per_epoch, out_dtype, paths):
+    """Positions [start, end) of the split's sample stream → one spilled batch for the task's shard."""
+    shard, start, end = task
+    paths.check_live()
+    datasets, indices, blend = _load(indices_path, prefixes, blended)
+    positions = np.arange(start, end, dtype=np.int64)
+    if blend is None:
+        corpus_of = np.zeros(len(positions), dtype=np.int16)
+        corpus_position = positions
+    else:
+        corpus_of, corpus_position = blend[0][start:end], blend[1][start:end]
+    width = seq_length + int(add_extra)
+    tokens = np.empty((len(positions), width), dtype=out_dtype)
+    samples = np.empty(len(positions), dtype=np.int64)
+    epochs = np.empty(len(positions), dtype=np.int32)
+    for k in np.unique(corpus_of):
+        rows = np.flatnonzero(corpus_of == k)
+        corpus_samples = indices[k].shuffle_index[corpus_position[rows]].astype(np.int64)
+        tokens[rows] = _tokens(prefixes[k] + ".bin", datasets[k], indices[k], corpus_samples, seq_length, add_extra)
+        samples[rows] = corpus_samples
+        epochs[rows] = corpus_samples * seq_length // max(tokens_per_epoch[k], 1)
+    frames = tokens.view(np.uint8).reshape(len(positions), -1)
+    columns = {
+        "tokens": pa.FixedSizeBinaryArray.from_buffers(pa.binary(frames.shape[1]), len(positions),
+                                                       [None, pa.py_buffer(np.ascontiguousarray(frames))]),
+        "sample": pa.array(samples),
+        "epoch": pa.array(epochs),
+    }
+    if blend is not None:
+        columns["corpus"] = pa.array(corpus_of)
+        columns["corpus_position"] = pa.array(corpus_position.astype(np.int64))
+    return write_spill(f"{paths.spill_dir}/samples-{shard:05d}.arrow", {shard: pa.record_batch(columns)})
+
+
+def _write_indices(data: bytes, path: str) -> str:
+    write_bytes_atomically(path, data)
+    return path
+
+
+class TokenJob(beam.PTransform):
+    """Megatron corpora → the sample stream of one split, one contiguous range per shard (JobOutputs)."""
+
+    def __init__(self, plan: TokenPlan, paths: RunPaths):
+        super().__init__()
+        self._plan = plan
+        self._paths = paths
+
+    def expand(self, pbegin):
+        plan = self._plan
+        indices_path = (
+            pbegin
+            | "Indices" >> beam.Create([plan.indices_npz])
+            | "KeepIndices" >> beam.Map(_write_indices, f"{self._paths.metadata_dir}/{INDICES_NAME}")
+        )
+        refs = (
+            pbegin
+            | "SampleRanges" >> beam.Create(list(plan.tasks))
+            | "Spread" >> beam.Reshuffle()
+            | "Materialize" >> beam.FlatMap(_materialize, beam.pvalue.AsSingleton(indices_path), list(plan.prefixes),
+                                            plan.blended, plan.seq_length, plan.add_extra_token,
+                                            list(plan.tokens_per_epoch), plan.dtype, self._paths)
+        )
+        return JobOutputs(
+            shard_refs=refs,
+            num_shards=pbegin | "NumShards" >> beam.Create([len(plan.tasks)]),
+            record=pbegin | "Record" >> beam.Create([{
+                "record_format": "megatron_gpt_samples", "dtype": str(np.dtype(plan.dtype)),
+                "seq_length": plan.seq_length, "add_extra_token": plan.add_extra_token, "row_bytes": plan.row_bytes,
+                "split": plan.split, "blended": plan.blended}]),
+        )
+
+

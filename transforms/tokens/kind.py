@@ -1,0 +1,85 @@
+"""The token job kind: its config section, plan, shards, summary and plots."""
+
+from __future__ import annotations
+
+import math
+
+from shardmill.transforms.job import JobKind
+
+
+class TokensKind(JobKind):
+    name = "tokens"
+    config_field = "token_dataset"
+    record_format = "megatron_gpt_samples"
+    description = "pack Megatron .idx/.bin token corpora (splits, blends) into GPT samples"
+    input_suffixes = None  # the corpora are named by token_dataset
+
+    def validate(self, config) -> None:
+        from shardmill.pipelines.config import ConfigError
+        from shardmill.transforms.tokens.plan import split_name
+
+        if config.input:
+            raise ConfigError("input: a token_dataset job reads the corpora its path_prefix/blend name; "
+                              "remove input (and --input)")
+        tokens = config.token_dataset
+        if bool(tokens.path_prefix) == bool(tokens.blend):
+            raise ConfigError("token_dataset: exactly one of path_prefix (one corpus) and blend (corpora with "
+                              "weights) is required")
+        for i, corpus in enumerate(tokens.blend):
+            if not corpus.path_prefix:
+                raise ConfigError(f"token_dataset.blend[{i}].path_prefix: required")
+            if not (math.isfinite(corpus.weight) and corpus.weight > 0):
+                raise ConfigError(f"token_dataset.blend[{i}].weight: must be finite and > 0, got {corpus.weight}")
+        if tokens.blend and not tokens.HasField("num_samples"):
+            raise ConfigError("token_dataset.num_samples: required with a blend (Megatron blends by weight only "
+                              "for a requested size)")
+        if tokens.HasField("split"):
+            from shardmill.transforms.tokens.megatron_blend import SplitError, parse_split, split_matrix
+
+            try:
+                bookends = split_matrix(parse_split(tokens.split))
+            except SplitError as err:
+                raise ConfigError(f"token_dataset.split: {err}") from None
+            if bookends[tokens.use_split] is None:
+                raise ConfigError(f"token_dataset.use_split: the {split_name(tokens.use_split)} split of "
+                                  f"{tokens.split!r} is empty")
+        if tokens.seq_length < 2:
+            raise ConfigError(f"token_dataset.seq_length: must be >= 2, got {tokens.seq_length}")
+        if tokens.HasField("num_samples") and tokens.num_samples < 1:
+            raise ConfigError("token_dataset.num_samples: must be >= 1 when set")
+        if tokens.HasField("hanse_sampling_threshold") and tokens.hanse_sampling_threshold < 1:
+            raise ConfigError("token_dataset.hanse_sampling_threshold: must be >= 1 when set")
+        if not (math.isfinite(tokens.hanse_sampling_gamma) and tokens.hanse_sampling_gamma >= 0):
+            raise ConfigError("token_dataset.hanse_sampling_gamma: must be finite and >= 0")
+
+    def plan(self, config, inputs):
+        from shardmill.transforms.tokens.plan import plan_tokens
+
+        return plan_tokens(config)
+
+    def transform(self, config, plan, paths):
+        from shardmill.transforms.tokens.job import TokenJob
+
+        return TokenJob(plan, paths)
+
+    def shard_format(self, config, plan):
+        from shardmill.transforms.tokens.shards import TokenShardFormat
+
+        return TokenShardFormat(plan.stats, plan.build_seconds)
+
+    def describe(self, manifest):
+        return (f"Megatron GPT samples of {manifest['seq_length']} tokens ({manifest['dtype']}, "
+                f"{manifest['split']} split{', blended' if manifest.get('blended') else ''})")
+
+    def render_summary(self, manifest):
+        from shardmill.transforms.tokens.summary import render_token_summary
+
+        return render_token_summary(manifest)
+
+    def plot(self, manifest, path):
+        from shardmill.transforms.tokens.plots import plot_token_samples
+
+        plot_token_samples(manifest, path)
+
+
+KIND = TokensKind()
