@@ -42,7 +42,8 @@ case "${1:-}" in
     mkdir -p build
     native_unit_tests build/native-tests
     # Tests import the installed shardmill (the repository has no shardmill/ folder).
-    "$PY" -m pytest -q -p no:cacheprovider tests "${@:2}"
+    # --all: the slow tests too (jobs, subprocesses); a bare `pytest` is the fast loop.
+    "$PY" -m pytest -q -p no:cacheprovider tests --all "${@:2}"
     ;;
   asan)
     VENV=.venv-asan PY=.venv-asan/bin/python
@@ -54,8 +55,8 @@ case "${1:-}" in
     # throws finds the real one); leaks of the interpreter itself are not ours.
     LD_PRELOAD="$(g++ -print-file-name=libasan.so):$(g++ -print-file-name=libstdc++.so)" \
       ASAN_OPTIONS=detect_leaks=0 \
-      "$PY" -m pytest -q -p no:cacheprovider tests/test_native_reader.py tests/test_hostile_datasets.py \
-      tests/test_lc0_tensors.py -k "not torch_adapter and not grain_adapter" "${@:2}"
+      "$PY" -m pytest -q -p no:cacheprovider tests/native_ext/test_reader.py tests/native_ext/test_dataset.py \
+      tests/native_ext/test_lc0_tensors.py --all -k "not torch_adapter and not grain_adapter" "${@:2}"
     ;;
   *)
     echo "usage: bash dev.sh demo|test|asan [pytest args]" >&2

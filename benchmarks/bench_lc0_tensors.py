@@ -9,7 +9,7 @@ and rotating the order each round, reads it whole in 256-record batches:
 - reader + loader / chunkparser: ShardReader(converter=Lc0Tensors(...)) in several
   plane encodings (the conversion in C++, GIL released, num_threads threads);
 - reader + numpy: the reader's frames converted by the numpy statement of
-  the loader convention in tests/reference_lc0_tensors.py (float16 planes);
+  the loader convention in tests/support/reference_lc0_tensors.py (float16 planes);
 - kernel: the conversion alone on in-memory batches (no reader), 1 and 2 threads;
 - with a 1 ms training step per batch (a sleep: an accelerator's step leaves
   the CPU free), the reader alone and with the conversion: what the training
@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from shardmill.native_ext import Lc0Tensors, OrderOptions, ReadOptions, ShardReader  # noqa: E402
 from shardmill.native_ext._native import lc0_tensors  # noqa: E402
-from tests import reference_lc0_tensors as ref  # noqa: E402
+from tests.support import reference_lc0_tensors as ref  # noqa: E402
 from tests.datagen.lc0 import shuffled_v6_frames  # noqa: E402
 from tests.datagen.shards import write_output  # noqa: E402
 

@@ -2,6 +2,21 @@ import os
 
 import pytest
 
+
+def pytest_addoption(parser):
+    parser.addoption("--all", action="store_true",
+                     help="run the slow tests too (jobs, subprocesses, large data): what CI and `bash dev.sh test` run")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The default loop is the fast tests; --all, or naming a test by its node id, runs slow ones too."""
+    if config.getoption("--all") or any("::" in arg for arg in config.args):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+
 from tests.datagen.lc0 import write_dataset
 
 

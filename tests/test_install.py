@@ -1,13 +1,16 @@
 """A training machine installs only the reader: a wheel of this checkout in a fresh venv, without Beam."""
 
 import json
-import os
 import subprocess
 import sys
 
-from tests.datagen.shards import write_output
+import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.datagen.shards import write_output
+from tests.support.paths import REPO
+
+pytestmark = pytest.mark.slow  # every test here runs a job or a subprocess
+
 
 READ = """
 import importlib.util, json, sys

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.support.paths import REPO
 
 
 def python_blocks() -> list[str]:
@@ -34,6 +34,7 @@ def test_the_readme_has_python_examples():
     assert len(python_blocks()) >= 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("index", range(len(python_blocks())))
 def test_readme_python_example_runs(demo_dir, index):
     block = python_blocks()[index]

@@ -45,7 +45,7 @@ def reservoir_sample(m: int, k: int, seed: int, partition_key: int, gap: int) ->
     """(ascending offsets of a uniform k-subset of range(m), number of random draws) by Algorithm L.
 
     Runs in the native extension (about 100x the Python reference in
-    tests/reference_label_sampling.py, which it matches bit for bit).
+    tests/support/reference_label_sampling.py, which it matches bit for bit).
     """
     return _native.reservoir_sample(m, k, seed, partition_key, gap)
 

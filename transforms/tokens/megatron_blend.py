@@ -1,7 +1,7 @@
 """Megatron's train/valid/test splits and weighted blends, as Megatron-LM's builder computes them.
 
 Facts from Megatron-LM's BlendedMegatronDatasetBuilder, BlendedDataset and
-helpers.cpp, restated here (tests/reference_megatron.py restates them again,
+helpers.cpp, restated here (tests/support/reference_megatron.py restates them again,
 independently, for the tests):
 
 - **Split string** (`--split 969,30,1`): the numbers in it, padded with

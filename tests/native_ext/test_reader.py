@@ -257,6 +257,7 @@ def test_state_from_other_settings_is_refused(output):
 
 # ---- real job output ------------------------------------------------------------
 
+@pytest.mark.slow
 def test_reads_a_shardmill_run_output(lc0_dataset, tmp_path):
     from apache_beam.options.pipeline_options import PipelineOptions
 

@@ -1,6 +1,6 @@
 """Label sampling kernels: semantics on hand-made sequences, uniformity, ratios, EXACT counts.
 
-Statistical tests use fixed seeds and chi-square at p = 1e-3 (tests/stats.py).
+Statistical tests use fixed seeds and chi-square at p = 1e-3 (tests/support/stats.py).
 """
 
 import math
@@ -12,9 +12,9 @@ from shardmill.transforms.common import keyed_hash
 from shardmill.transforms.events.sampling import (exact_cut, exact_keep_count, exact_priorities, exact_select,
                                                   exact_threshold, in_bucket, priority_histogram, reservoir_sample,
                                                   sample_partition)
-from tests import reference_label_sampling as reference
-from tests.reference_label_sampling import hash_int
-from tests.stats import chi_square_test
+from tests.support import reference_label_sampling as reference
+from tests.support.reference_label_sampling import hash_int
+from tests.support.stats import chi_square_test
 
 ALPHA = 1e-3
 
@@ -30,6 +30,7 @@ def test_scalar_hash_equals_the_vectorised_generator():
         assert hash_int(*words) == int(keyed_hash.hash_words(*words))
 
 
+@pytest.mark.slow
 def test_native_kernel_matches_the_python_reference_bit_for_bit():
     rng = np.random.default_rng(2)
     for trial in range(30):

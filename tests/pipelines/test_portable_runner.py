@@ -13,7 +13,9 @@ import time
 
 import pytest
 
-from tests.test_run_job import SAMPLED, file_digests, job_config, run
+from tests.pipelines.test_run_job import SAMPLED, file_digests, job_config, run
+
+pytestmark = pytest.mark.slow  # every test here runs a job or a subprocess
 
 
 def _free_port() -> int:

@@ -56,6 +56,7 @@ def test_inspect_takes_no_beam_options(tmp_path, capsys):
     assert "not an option of shardmill inspect" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_real_beam_options_pass_through(job, capsys):
     config, out = job
     assert cli.main(["run", "--config", config, "--output", out, "--dry-run",
@@ -63,6 +64,7 @@ def test_real_beam_options_pass_through(job, capsys):
     assert "unrecognized" not in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_logs_are_timestamped_and_verbosity_works_before_or_after_the_subcommand(job):
     config, out = job
     default = shardmill("run", "--config", config, "--output", out)
@@ -105,6 +107,7 @@ def test_another_pyarrow_is_named_before_the_extension_is_loaded():
     assert loaded == "False"
 
 
+@pytest.mark.slow
 def test_shards_carry_the_writing_version_in_their_parquet_metadata(job):
     config, out = job
     assert cli.main(["-q", "run", "--config", config, "--output", out]) == 0
@@ -115,6 +118,7 @@ def test_shards_carry_the_writing_version_in_their_parquet_metadata(job):
         assert metadata[SHARD_VERSION_KEY.encode()].decode() == shardmill_version()
 
 
+@pytest.mark.slow
 def test_a_local_run_reports_progress_per_stage_and_its_counters(job):
     config, out = job
     result = shardmill("run", "--config", config, "--output", out,

@@ -62,6 +62,7 @@ def test_the_data_source_serves_every_record_by_its_index(output):
         source[1253]
 
 
+@pytest.mark.slow
 def test_the_data_source_is_picklable_and_thread_safe(output):
     source = pickle.loads(pickle.dumps(ShardDataSource(output, ["id"], cached_row_groups=3)))
     keys = np.random.default_rng(0).integers(0, len(source), 4000)
@@ -72,6 +73,7 @@ def test_the_data_source_is_picklable_and_thread_safe(output):
     assert got == all_ids[keys].tolist()
 
 
+@pytest.mark.slow
 def test_grains_map_dataset_and_index_sampler_run_over_the_source(output):
     source = ShardDataSource(output, ["id"])
     shuffled = grain.MapDataset.source(source).shuffle(seed=7).map(lambda r: int(r["id"]))

@@ -23,11 +23,11 @@ from shardmill.transforms.tokens.megatron_blend import (MID_LEVEL_DATASET_SURPLU
 from shardmill.transforms.tokens.megatron_index import (IndexedDatasetError, build_gpt_indices, parse_index,
                                                         sample_byte_runs, sample_tokens)
 from shardmill.transforms.tokens.plan import INDICES_NAME, read_dataset
-from tests import reference_megatron as ref
-from tests.test_megatron_index import megatron_indices
+from tests.support import reference_megatron as ref
+from tests.support.paths import SHARED_FIXTURES
+from tests.transforms.tokens.test_megatron_index import megatron_indices
 
-FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "fixtures",
-                        "megatron")
+FIXTURES = os.path.join(SHARED_FIXTURES, "megatron")
 OWT = os.path.join(FIXTURES, "meg-gpt2-openwebtext_text_document")
 OWT_B = os.path.join(FIXTURES, "owt_b_rev599to0_int32")
 OWT_C = os.path.join(FIXTURES, "owt_c_600to999_5empty_uint16")
@@ -127,6 +127,7 @@ def test_bad_blends_are_config_errors(fields, message):
 
 # ---- the job against the re-statement, on the real corpus ---------------------------------
 
+@pytest.mark.slow
 @needs_fixture
 @pytest.mark.parametrize("use_split, num_samples", [("TRAIN", 300), ("VALID", 2000), ("TEST", None)])
 def test_each_split_is_the_stream_megatron_serves_for_it(tmp_path, use_split, num_samples):
@@ -147,6 +148,7 @@ def test_each_split_is_the_stream_megatron_serves_for_it(tmp_path, use_split, nu
         assert stats["num_epochs"] > 1
 
 
+@pytest.mark.slow
 @needs_fixture
 def test_a_blend_of_corpora_with_other_dtypes_is_megatrons_blended_stream(tmp_path):
     corpora = [(OWT, 0.3), (OWT_B, 0.5), (OWT_C, 0.2)]  # uint16, int32, uint16 with empty documents
@@ -177,6 +179,7 @@ def test_a_blend_of_corpora_with_other_dtypes_is_megatrons_blended_stream(tmp_pa
     assert [c["num_samples_requested"] for c in stats["corpora"]] == per_corpus
 
 
+@pytest.mark.slow
 @needs_fixture
 def test_the_indices_are_kept_in_the_output_and_load_with_numpy(tmp_path):
     blend = f'blend {{ path_prefix: "{OWT}" weight: 1 }} blend {{ path_prefix: "{OWT_C}" weight: 1 }}'

@@ -1,7 +1,7 @@
 """lc0 training tensors from the native reader: both conventions, every plane encoding, errors by shard and row.
 
 Hand-built records with known boards pin the semantics element by element;
-tests/reference_lc0_tensors.py (numpy, written from lczero-training's
+tests/support/reference_lc0_tensors.py (numpy, written from lczero-training's
 sources) is checked against the C++ on thousands of random records and on
 the real records in ../shared/fixtures/lc0/.
 """
@@ -16,10 +16,11 @@ import pytest
 from shardmill.native_ext import Lc0Tensors, OrderOptions, OutputError, ShardReader
 from shardmill.native_ext._native import lc0_tensors
 from shardmill.transforms.lc0.record_format import RECORD_SIZES, V6_DTYPE
-from tests import reference_lc0_tensors as ref
 from tests.datagen.shards import write_output
+from tests.support import reference_lc0_tensors as ref
+from tests.support.paths import SHARED_FIXTURES
 
-FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "fixtures", "lc0")
+FIXTURES = os.path.join(SHARED_FIXTURES, "lc0")
 needs_fixtures = pytest.mark.skipif(not glob.glob(os.path.join(FIXTURES, "*.bin.gz")),
                                     reason="../shared/fixtures/lc0 absent")
 ENCODINGS = ("float32", "float16", "bfloat16", "uint8", "packed")
@@ -210,6 +211,7 @@ def assert_same(native: dict, expected: dict, encoding: str, rows: np.ndarray):
             np.testing.assert_array_equal(native[key][rows], expected[key][rows], err_msg=key)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("version", [3, 4, 5, 6, 7])
 @pytest.mark.parametrize("encoding", ENCODINGS)
 def test_native_matches_the_numpy_reference_on_random_records(version, encoding):

@@ -65,6 +65,7 @@ def sampled_run(lc0_dataset, tmp_path_factory):
     return out, manifest, truth
 
 
+@pytest.mark.slow
 def test_every_output_frame_is_the_planned_record_of_its_chunk(sampled_run):
     out, manifest, truth = sampled_run
     games = {(c.sort_key, c.chunk): c for c in truth.good}
@@ -106,6 +107,7 @@ def test_every_bad_chunk_is_in_errors_jsonl_with_its_reason(sampled_run):
     assert sum(manifest["stats"]["accounting"]["errors_by_reason"].values()) == len(errors)
 
 
+@pytest.mark.slow
 def test_corrupt_chunk_found_at_load_is_dead_lettered_and_counted(lc0_dataset, tmp_path):
     directory, truth = lc0_dataset
     manifest = run(job_config(directory, "lc0 { chunk_pool { position_count: 2 } }\noutput { num_shards: 2 }"), tmp_path)
@@ -115,6 +117,7 @@ def test_corrupt_chunk_found_at_load_is_dead_lettered_and_counted(lc0_dataset, t
     assert acc["records_written"] == 2 * acc["uses_written"]
 
 
+@pytest.mark.slow
 def test_trailer_miscount_is_caught_when_the_chunk_is_loaded(lc0_dataset, tmp_path):
     directory, truth = lc0_dataset
     config = job_config(directory, "lc0 { index { count_method: TRAILER } }\noutput { num_shards: 1 }")
@@ -125,6 +128,7 @@ def test_trailer_miscount_is_caught_when_the_chunk_is_loaded(lc0_dataset, tmp_pa
     assert manifest["stats"]["accounting"]["balanced"]
 
 
+@pytest.mark.slow
 def test_all_positions_without_sampling_writes_every_good_record_once(lc0_dataset, tmp_path):
     directory, truth = lc0_dataset
     manifest = run(job_config(directory, "lc0 { index { lc0_version: 6 count_method: DECOMPRESS } }"), tmp_path)
@@ -134,6 +138,7 @@ def test_all_positions_without_sampling_writes_every_good_record_once(lc0_datase
     assert len({(r["source"], r["chunk"], r["position"]) for r in rows}) == good_v6
 
 
+@pytest.mark.slow
 def test_chunk_pool_window_uses_only_the_newest_chunks(lc0_dataset, tmp_path):
     directory, truth = lc0_dataset
     config = job_config(directory, "lc0 { index { lc0_version: 6 } chunk_pool { chunk_pool_size: 5 position_count: 1 } }")
@@ -145,6 +150,7 @@ def test_chunk_pool_window_uses_only_the_newest_chunks(lc0_dataset, tmp_path):
     assert used <= set(newest)
 
 
+@pytest.mark.slow
 def test_same_seed_gives_identical_bytes_in_process_and_with_two_worker_processes(
     lc0_dataset, sampled_run, tmp_path
 ):
@@ -154,6 +160,7 @@ def test_same_seed_gives_identical_bytes_in_process_and_with_two_worker_processe
     assert file_digests(tmp_path) == file_digests(out)
 
 
+@pytest.mark.slow
 def test_input_order_does_not_change_the_output(lc0_dataset, sampled_run, tmp_path):
     directory, _ = lc0_dataset
     out, _, _ = sampled_run
@@ -162,6 +169,7 @@ def test_input_order_does_not_change_the_output(lc0_dataset, sampled_run, tmp_pa
     assert file_digests(tmp_path) == file_digests(out)
 
 
+@pytest.mark.slow
 def test_another_seed_gives_other_shards(lc0_dataset, sampled_run, tmp_path):
     directory, _ = lc0_dataset
     out, _, _ = sampled_run
@@ -172,6 +180,7 @@ def test_another_seed_gives_other_shards(lc0_dataset, sampled_run, tmp_path):
     assert file_digests(tmp_path)[name] != file_digests(out)[name]
 
 
+@pytest.mark.slow
 def test_existing_output_is_refused_unless_overwrite(lc0_dataset, sampled_run, tmp_path):
     directory, _ = lc0_dataset
     out, _, _ = sampled_run
@@ -186,6 +195,7 @@ def test_existing_output_is_refused_unless_overwrite(lc0_dataset, sampled_run, t
     assert sorted(os.listdir(target)) == ["_g000002", "_manifest.json", "g000002-shard-00000-of-00001.parquet"]
 
 
+@pytest.mark.slow
 def test_row_groups_follow_row_group_bytes(lc0_dataset, tmp_path):
     directory, _ = lc0_dataset
     config = job_config(directory, "lc0 { index { lc0_version: 6 } }\noutput { num_shards: 2 row_group_bytes: 835600 }")
@@ -194,6 +204,7 @@ def test_row_groups_follow_row_group_bytes(lc0_dataset, tmp_path):
         assert all(n == 100 for n in shard["row_groups"][:-1]) and shard["row_groups"][-1] <= 100
 
 
+@pytest.mark.slow
 def test_cli_run_prints_a_summary_and_inspect_reads_it(lc0_dataset, tmp_path, capsys):
     directory, _ = lc0_dataset
     config = tmp_path / "job.textproto"
@@ -210,6 +221,7 @@ def test_cli_run_prints_a_summary_and_inspect_reads_it(lc0_dataset, tmp_path, ca
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_cli_run_over_the_error_budget_exits_1_commits_nothing_and_keeps_its_report(lc0_dataset, tmp_path, capsys):
     directory, _ = lc0_dataset
     config = tmp_path / "job.textproto"

@@ -23,6 +23,7 @@ def _counts(index_path):
     return {(r["sort_key"], r["chunk"]): r["num_records"] for r in table.to_pylist()}, table
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 def test_count_pipeline_matches_truth_on_each_execution_mode(lc0_dataset, tmp_path, mode):
     directory, truth = lc0_dataset
@@ -44,6 +45,7 @@ def test_count_pipeline_matches_truth_on_each_execution_mode(lc0_dataset, tmp_pa
     assert sum(s.histogram) == s.chunks
 
 
+@pytest.mark.slow
 def test_overlapping_patterns_index_each_file_once(lc0_dataset, tmp_path):
     directory, truth = lc0_dataset
     patterns = [f"{directory}/*.tar", f"{directory}/training-run1-*", f"{directory}/*.gz"]
@@ -52,6 +54,7 @@ def test_overlapping_patterns_index_each_file_once(lc0_dataset, tmp_path):
     assert _counts(result.index_path)[0] == truth.expected_counts("trailer")
 
 
+@pytest.mark.slow
 def test_cli_count_prints_summary_and_lists_every_bad_chunk(lc0_dataset, tmp_path, capsys):
     directory, truth = lc0_dataset
     index_out, errors_out = str(tmp_path / "idx.parquet"), str(tmp_path / "errors.jsonl")
@@ -68,6 +71,7 @@ def test_cli_count_prints_summary_and_lists_every_bad_chunk(lc0_dataset, tmp_pat
         assert len(f.readlines()) == len(truth.bad)
 
 
+@pytest.mark.slow
 def test_cli_count_json_output(lc0_dataset, capsys):
     directory, truth = lc0_dataset
     assert cli.main(["count", directory, "--json", "--count-method", "trailer"]) == 0
@@ -76,6 +80,7 @@ def test_cli_count_json_output(lc0_dataset, capsys):
     assert len(report["errors"]) == len(truth.expected_errors("trailer"))
 
 
+@pytest.mark.slow
 def test_cli_count_uses_the_config_file(lc0_dataset, tmp_path, capsys):
     directory, truth = lc0_dataset
     config = tmp_path / "job.textproto"

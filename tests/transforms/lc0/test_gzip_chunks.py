@@ -167,6 +167,7 @@ def test_trailing_garbage_after_the_last_member(method):
     _bad("trailing_garbage", data, method)
 
 
+@pytest.mark.slow
 def test_trailer_of_four_gib_or_more_is_not_trusted():
     # 514,048 records of 8356 bytes is 4,295,385,088 bytes: just over 2^32, so
     # ISIZE wraps to 417,792. The member is built from one

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.stats import binomial_pmf, chi_square_p_value, chi_square_test
+from tests.support.stats import binomial_pmf, chi_square_p_value, chi_square_test
 
 
 @pytest.mark.parametrize(

@@ -73,6 +73,7 @@ def outputs(lc0_dataset, tmp_path_factory):
     return configs, contents, base
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_leaves_exactly_the_old_or_the_new_output(outputs, tmp_path):
     configs, contents, base = outputs
     out = tmp_path / "out"
@@ -104,6 +105,7 @@ def test_sigkill_at_random_moments_leaves_exactly_the_old_or_the_new_output(outp
     assert not os.path.exists(out / "_claim.json")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_ends_the_run_with_one_line_removes_its_files_and_keeps_the_old_output(outputs, tmp_path, sig):
     configs, contents, base = outputs
@@ -131,6 +133,7 @@ def test_a_signal_ends_the_run_with_one_line_removes_its_files_and_keeps_the_old
     assert interrupted >= 1
 
 
+@pytest.mark.slow
 def test_a_second_run_on_the_same_output_is_refused_naming_the_first(outputs, lc0_dataset, tmp_path):
     configs, contents, base = outputs
     directory, _ = lc0_dataset
@@ -154,6 +157,7 @@ def test_a_second_run_on_the_same_output_is_refused_naming_the_first(outputs, lc
     assert leftovers(out) == []
 
 
+@pytest.mark.slow
 def test_the_claim_of_a_dead_process_is_broken_by_the_next_run(outputs, tmp_path):
     configs, contents, base = outputs
     out = tmp_path / "out"
@@ -176,6 +180,7 @@ def other_host_claim(out, age_seconds):
     os.utime(out / "_claim.json", (time.time() - age_seconds,) * 2)
 
 
+@pytest.mark.slow
 def test_a_stale_claim_of_another_host_is_broken_only_when_asked(outputs, tmp_path):
     configs, contents, base = outputs
     out = tmp_path / "out"
@@ -289,6 +294,7 @@ def count_mutations(monkeypatch, limit):
     return count
 
 
+@pytest.mark.slow
 def test_a_crash_at_every_step_of_the_commit_leaves_the_old_or_the_new_output(staged_overwrite, tmp_path,
                                                                                monkeypatch):
     source, paths, old = staged_overwrite
@@ -319,6 +325,7 @@ def test_a_crash_at_every_step_of_the_commit_leaves_the_old_or_the_new_output(st
     assert outcomes == {old, new}
 
 
+@pytest.mark.slow
 def test_an_output_that_is_a_file_is_refused_before_any_work(outputs, tmp_path):
     configs, _, _ = outputs
     (tmp_path / "file").write_text("x")
@@ -328,6 +335,7 @@ def test_an_output_that_is_a_file_is_refused_before_any_work(outputs, tmp_path):
         assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_an_output_inside_an_input_is_refused(outputs, lc0_dataset, tmp_path):
     configs, _, _ = outputs
     directory, _ = lc0_dataset
@@ -360,6 +368,7 @@ def tmpfs(tmp_path):
         subprocess.run(["umount", "-l", str(path)], check=False)
 
 
+@pytest.mark.slow
 def test_a_read_only_output_is_refused_before_any_work(outputs, tmpfs):
     configs, _, _ = outputs
     read_only = tmpfs("ro", "ro,size=1m")
@@ -368,6 +377,7 @@ def test_a_read_only_output_is_refused_before_any_work(outputs, tmpfs):
     assert "cannot write there (Read-only file system)" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_a_full_disk_is_found_before_any_work(outputs, tmpfs):
     configs, _, _ = outputs
     full = tmpfs("full", "size=64k")
@@ -382,6 +392,7 @@ def test_a_full_disk_is_found_before_any_work(outputs, tmpfs):
     assert not os.path.exists(full / "out")
 
 
+@pytest.mark.slow
 def test_a_disk_filling_up_during_the_run_fails_cleanly_and_keeps_the_old_output(outputs, tmpfs, lc0_dataset):
     configs, contents, base = outputs
     directory, _ = lc0_dataset
@@ -398,6 +409,7 @@ def test_a_disk_filling_up_during_the_run_fails_cleanly_and_keeps_the_old_output
     assert content(out) == contents[1] and leftovers(out) == []
 
 
+@pytest.mark.slow
 def test_a_run_over_the_error_budget_leaves_the_previous_output_intact(outputs, lc0_dataset, tmp_path):
     configs, contents, base = outputs
     directory, _ = lc0_dataset
@@ -416,6 +428,7 @@ def test_a_run_over_the_error_budget_leaves_the_previous_output_intact(outputs, 
     assert not os.path.exists(out / "_rejected") and content(out) == contents[2]
 
 
+@pytest.mark.slow
 def test_pandas_pyarrow_polars_and_duckdb_read_the_directory_during_a_run(outputs, tmp_path):
     pd = pytest.importorskip("pandas")
     duckdb = pytest.importorskip("duckdb")
@@ -442,6 +455,7 @@ def test_pandas_pyarrow_polars_and_duckdb_read_the_directory_during_a_run(output
     assert positions == expected
 
 
+@pytest.mark.slow
 def test_dry_run_builds_every_job_kind_and_checks_its_inputs(lc0_dataset, tmp_path, capsys):
     from tests.datagen.megatron import write_indexed_dataset
 
@@ -472,6 +486,7 @@ def test_dry_run_builds_every_job_kind_and_checks_its_inputs(lc0_dataset, tmp_pa
     assert "matches no .parquet, .csv" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_reader_reads_format_1_and_an_overwrite_replaces_it(outputs, tmp_path):
     configs, contents, _ = outputs
     out = tmp_path / "old"

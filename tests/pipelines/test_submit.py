@@ -9,7 +9,10 @@ import sysconfig
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.support.paths import REPO
+
+pytestmark = pytest.mark.slow  # every test here runs a job, a cluster or a subprocess
+
 
 
 def submit(*args, cwd=None):

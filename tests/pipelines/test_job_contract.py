@@ -86,6 +86,7 @@ def test_conflicting_sections_exit_2_with_one_line(tmp_path, capsys):
     assert not os.path.exists(tmp_path / "out")
 
 
+@pytest.mark.slow
 def test_the_dry_run_refuses_what_the_run_refuses(inputs, tmp_path, capsys):
     for name, text in inputs.items():
         out = tmp_path / f"out-{name}"
@@ -144,6 +145,7 @@ def test_count_on_another_kind_says_it_counts_lc0_chunks_only(inputs, tmp_path, 
         assert f"count indexes lc0 chunk files; a {name} job has no count step" in err
 
 
+@pytest.mark.slow
 def test_inspect_and_plot_speak_each_kind(inputs, tmp_path, capsys):
     for name, text in inputs.items():
         out = tmp_path / f"out-{name}"

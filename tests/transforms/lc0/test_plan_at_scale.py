@@ -53,6 +53,7 @@ def synthetic_index(num_sources: int, chunks_per_source: int, seed: int = 0) -> 
     }, schema=INDEX_SCHEMA)
 
 
+@pytest.mark.slow
 def test_a_read_tasks_pickled_size_does_not_grow_with_the_index():
     params = SamplingParams(seed=1, passes=2, position_count=4, threshold=150, gamma=1.0)
     sizes = {}
@@ -88,6 +89,7 @@ def emitted(tasks):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pool_size", [0, 1234])
 def test_the_distributed_plan_equals_the_plan_of_the_whole_index(pool_size):
     index = synthetic_index(60, 50, seed=3)
@@ -156,6 +158,7 @@ def test_absurd_configs_are_rejected_before_any_work(text, field):
         validate(parse_config(f'input: "x"\n{text}'))
 
 
+@pytest.mark.slow
 def test_a_million_passes_into_ten_shards_is_refused_before_loading(tmp_path, lc0_dataset):
     directory, _ = lc0_dataset
     config = tmp_path / "job.textproto"
@@ -217,6 +220,7 @@ BOMB_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_gzip_bombs_are_dead_lettered_too_large_under_a_memory_cap(tmp_path):
     single = tmp_path / "single.gz"
     single.write_bytes(bomb_member(2 << 30))  # one member inflating to 2 GiB
@@ -273,6 +277,7 @@ def test_discovery_walks_the_tree_and_classifies_every_odd_file(tmp_path):
     assert dead == [("bad_name", "caf\\xe9.gz"), ("unreadable", "dangling.gz")]
 
 
+@pytest.mark.slow
 def test_a_fifo_in_an_input_or_named_as_one_does_not_hang_count_or_run(tmp_path):
     os.mkfifo(tmp_path / "x.gz")
     (tmp_path / "game.gz").write_bytes(gzip_bytes(make_game_records(3, 5).tobytes()))
@@ -287,6 +292,7 @@ def test_a_fifo_in_an_input_or_named_as_one_does_not_hang_count_or_run(tmp_path)
         assert done.returncode == 2 and "x.gz': not a regular file" in done.stderr, done.stderr
 
 
+@pytest.mark.slow
 def test_a_run_over_odd_files_dead_letters_them_and_reads_the_rest(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
@@ -307,6 +313,7 @@ def test_a_run_over_odd_files_dead_letters_them_and_reads_the_rest(tmp_path):
     assert {e["path"].rsplit("/", 1)[-1] for e in errors} == {"caf\\xe9.gz", "bundle.tar.gz", "dangling.gz"}
 
 
+@pytest.mark.slow
 def test_relative_and_dotted_inputs_are_one_source(tmp_path, monkeypatch, capsys):
     data = tmp_path / "data"
     write_dataset(str(data), num_archives=1, games_per_archive=3, loose_games=1, bad=False, seed=5)
@@ -317,6 +324,7 @@ def test_relative_and_dotted_inputs_are_one_source(tmp_path, monkeypatch, capsys
     assert summary["sources"] == len(os.listdir(data))
 
 
+@pytest.mark.slow
 def test_small_sources_share_a_task_and_a_missing_one_fails_alone(tmp_path):
     from shardmill.transforms.lc0.loading import load_task
 

@@ -59,6 +59,7 @@ def by_worker(batches, workers):
     return [ids_of(batches[w::workers]) for w in range(workers)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_workers, persistent", [(0, False), (2, False), (2, True)])
 def test_every_pass_over_the_loader_is_the_next_epoch(output, num_workers, persistent):
     dataset = ShardIterableDataset(output, 40, ["id"], order_options=OrderOptions(seed=3))
@@ -72,6 +73,7 @@ def test_every_pass_over_the_loader_is_the_next_epoch(output, num_workers, persi
             assert (ids == reader_epoch(output, epoch, worker, workers)).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_set_epoch_selects_that_epoch_exactly(output, num_workers):
     dataset = ShardIterableDataset(output, 40, ["id"], order_options=OrderOptions(seed=3))
@@ -95,6 +97,7 @@ def test_a_main_process_state_dict_while_workers_hold_the_readers_raises(output)
     assert dataset.state_dict() == {"reader_state": None, "pass_epoch": 0}  # between passes: a clean state
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_stateful_dataloader_resumes_exactly_and_then_serves_the_next_epoch(output, num_workers):
     from torchdata.stateful_dataloader import StatefulDataLoader

@@ -92,6 +92,7 @@ MANIFEST_TAMPERING = {
 }
 
 
+@pytest.mark.slow
 def test_every_kind_of_manifest_tampering_is_an_output_error(dataset, tmp_path):
     private = tmp_path / "private"
     private.mkdir()

@@ -13,8 +13,8 @@ import pytest
 from shardmill.transforms.common import keyed_hash
 from shardmill.transforms.lc0 import plan as job_plan
 from shardmill.transforms.lc0.sampling import acceptance_probability, round_permutation, shuffle_keys, use_counts
-from tests.stats import binomial_pmf, chi_square_test
 from tests.support.lc0_plan import positions_of_uses
+from tests.support.stats import binomial_pmf, chi_square_test
 
 ALPHA = 1e-3
 

@@ -30,6 +30,8 @@ from shardmill.pipelines.run_job import run_job
 from shardmill.transforms.common.discovery import expand_inputs
 from shardmill.transforms.lc0.kind import LC0_INPUT_SUFFIXES
 
+pytestmark = pytest.mark.slow  # every test here runs a job, a cluster or a subprocess
+
 distributed = pytest.importorskip("distributed", reason="dask[distributed] is not installed")
 
 DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"

@@ -14,7 +14,7 @@ from shardmill.pipelines.run_job import run_job
 from shardmill.transforms.tokens.megatron_index import build_gpt_indices
 from shardmill.transforms.tokens.plan import kept_sequences
 from tests.datagen.megatron import write_indexed_dataset
-from tests.test_run_job import MULTI_PROCESSING, file_digests
+from tests.pipelines.test_run_job import MULTI_PROCESSING, file_digests
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +36,7 @@ def read_in_order(out, manifest):
     return pa.concat_tables([pq.read_table(os.path.join(out, s["path"])) for s in manifest["shards"]])
 
 
+@pytest.mark.slow
 def test_shards_in_order_are_megatrons_sample_stream(corpus, tmp_path):
     prefix, sequences = corpus
     manifest = run_job(config_for(prefix), [], str(tmp_path), PipelineOptions([]))
@@ -51,12 +52,14 @@ def test_shards_in_order_are_megatrons_sample_stream(corpus, tmp_path):
     assert table["epoch"].to_pylist() == [s * 24 // stats["tokens_per_epoch"] for s in table["sample"].to_pylist()]
 
 
+@pytest.mark.slow
 def test_without_the_extra_token_samples_have_seq_length_tokens(corpus, tmp_path):
     prefix, _ = corpus
     manifest = run_job(config_for(prefix, "add_extra_token: false"), [], str(tmp_path), PipelineOptions([]))
     assert read_in_order(tmp_path, manifest).schema.field("tokens").type == pa.binary(48)
 
 
+@pytest.mark.slow
 def test_document_level_threshold_gamma_keeps_sequences_deterministically(corpus, tmp_path):
     prefix, sequences = corpus
     lengths = np.array([len(s) for s in sequences], dtype=np.int32)
@@ -69,6 +72,7 @@ def test_document_level_threshold_gamma_keeps_sequences_deterministically(corpus
     assert read_in_order(tmp_path, manifest)["sample"].to_pylist() == indices.shuffle_index.astype(np.int64).tolist()
 
 
+@pytest.mark.slow
 def test_identical_bytes_with_two_worker_processes(corpus, tmp_path):
     prefix, _ = corpus
     run_job(config_for(prefix), [], str(tmp_path / "a"), PipelineOptions([]))
@@ -76,6 +80,7 @@ def test_identical_bytes_with_two_worker_processes(corpus, tmp_path):
     assert file_digests(tmp_path / "a") == file_digests(tmp_path / "b")
 
 
+@pytest.mark.slow
 def test_cli_runs_a_token_dataset_job(corpus, tmp_path, capsys):
     prefix, _ = corpus
     config = tmp_path / "tokens.textproto"

@@ -9,12 +9,19 @@ import pyarrow.parquet as pq
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from shardmill.native_ext import OrderOptions
 from shardmill.pipelines import cli
 from shardmill.pipelines.config import parse_config, validate
 from shardmill.pipelines.run_job import run_job
 from shardmill.transforms.common.discovery import expand_inputs
-from shardmill.transforms.events.formats import EVENT_SUFFIXES
-from tests.test_run_job import MULTI_PROCESSING, file_digests, read_errors
+from shardmill.transforms.common.keyed_hash import fingerprint
+from shardmill.transforms.events.formats import EVENT_SUFFIXES, EventReadOptions
+from shardmill.transforms.events.readers import read_events
+from shardmill.transforms.events.sampling import exact_keep_count, exact_priorities
+from tests.pipelines.test_run_job import MULTI_PROCESSING, file_digests, read_errors
+from tests.support.stats import binomial_pmf
+
+pytestmark = pytest.mark.slow  # every test here runs a job
 
 
 @pytest.fixture(scope="module")
@@ -119,13 +126,6 @@ def test_the_native_reader_serves_a_label_sampling_output(event_logs, tmp_path):
 
 
 # ---- logs as they really arrive ---------------------------------------------------
-
-from shardmill.native_ext import OrderOptions
-from shardmill.transforms.common.keyed_hash import fingerprint  # noqa: E402
-from shardmill.transforms.events.formats import EventReadOptions
-from shardmill.transforms.events.readers import read_events  # noqa: E402
-from shardmill.transforms.events.sampling import exact_keep_count, exact_priorities  # noqa: E402
-from tests.stats import binomial_pmf  # noqa: E402
 
 
 def run_config(inputs, out, label_sampling, num_shards=2):

@@ -1,7 +1,7 @@
 """A plain-Python re-statement of one-pass label sampling, the oracle for the native kernel.
 
 Same semantics and the same keyed draws as native_ext/src/label_sampling.cc;
-tests/test_label_sampling.py checks the two agree bit for bit.
+tests/transforms/events/test_sampling.py checks the two agree bit for bit.
 """
 
 from __future__ import annotations
