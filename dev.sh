@@ -20,12 +20,23 @@ install() {  # $1: the extras, then extra pip arguments
   "$PY" -m pip install --quiet --disable-pip-version-check ".[$extras]" "$@"
 }
 
-native_unit_tests() {  # $1: build directory, then extra CMake definitions
+need_googletest() {  # the C++ unit tests' framework: Debian's libgtest-dev (a fresh machine has apt as root)
+  [ -f /usr/include/gtest/gtest.h ] || [ -f /usr/local/include/gtest/gtest.h ] && return 0
+  echo "installing GoogleTest (libgtest-dev) for the C++ unit tests..." >&2
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  { $sudo apt-get update -qq && $sudo apt-get install -y -qq libgtest-dev; } > build/apt.log 2>&1 \
+    || { cat build/apt.log >&2; echo "could not install libgtest-dev: install GoogleTest, then rerun" >&2; return 1; }
+}
+
+native_unit_tests() {  # $1: build directory, then extra CMake definitions. Builds the C++ unit tests (one
+  # *_test.cc beside each part) and the Python tests' hooks (_native_testing) there, then runs the unit tests.
   local build="$1"; shift
+  need_googletest
   cmake -S native_ext/tests -B "$build" -DPython_EXECUTABLE="$PWD/$PY" "$@" > "$build.log" 2>&1 \
     || { cat "$build.log" >&2; return 1; }
   cmake --build "$build" -j 2 >> "$build.log" 2>&1 || { tail -50 "$build.log" >&2; return 1; }
-  "$build/native_unit_tests"
+  "$build/native_unit_tests" --gtest_brief=1
 }
 
 case "${1:-}" in
@@ -54,7 +65,7 @@ case "${1:-}" in
     # Python is not instrumented: preload the runtime (and libstdc++, so ASan's interceptor of C++
     # throws finds the real one); leaks of the interpreter itself are not ours.
     LD_PRELOAD="$(g++ -print-file-name=libasan.so):$(g++ -print-file-name=libstdc++.so)" \
-      ASAN_OPTIONS=detect_leaks=0 \
+      ASAN_OPTIONS=detect_leaks=0 SHARDMILL_NATIVE_TESTS_DIR=build/native-tests-asan \
       "$PY" -m pytest -q -p no:cacheprovider tests/native_ext/test_reader.py tests/native_ext/test_dataset.py \
       tests/native_ext/test_lc0_tensors.py --all -k "not torch_adapter and not grain_adapter" "${@:2}"
     ;;

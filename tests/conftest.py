@@ -19,6 +19,8 @@ def pytest_collection_modifyitems(config, items):
 
 from tests.datagen.lc0 import write_dataset
 
+pytest_plugins = ["tests.support.native_testing"]  # the native_testing fixture
+
 
 @pytest.fixture(scope="session")
 def lc0_dataset(tmp_path_factory):

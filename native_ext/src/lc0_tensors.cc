@@ -348,14 +348,14 @@ Lc0Tensors Lc0TensorsAt(const std::vector<Lc0Output>& outputs, const std::vector
   return out;
 }
 
-std::string ParseLc0Options(const std::string& convention_name, const std::string& planes_name,
+arrow::Status ParseLc0Options(const std::string& convention_name, const std::string& planes_name,
                             Lc0Convention* convention, PlaneEncoding* encoding) {
   if (convention_name == "loader") {
     *convention = Lc0Convention::kLoader;
   } else if (convention_name == "chunkparser") {
     *convention = Lc0Convention::kChunkparser;
   } else {
-    return "the lc0 convention must be loader or chunkparser, got '" + convention_name + "'";
+    return arrow::Status::Invalid("the lc0 convention must be loader or chunkparser, got '", convention_name, "'");
   }
   const std::pair<const char*, PlaneEncoding> encodings[] = {
       {"float32", PlaneEncoding::kFloat32}, {"float16", PlaneEncoding::kFloat16},
@@ -363,10 +363,10 @@ std::string ParseLc0Options(const std::string& convention_name, const std::strin
   for (const auto& [name, value] : encodings) {
     if (planes_name == name) {
       *encoding = value;
-      return "";
+      return arrow::Status::OK();
     }
   }
-  return "planes must be float32, float16, bfloat16, uint8 or packed, got '" + planes_name + "'";
+  return arrow::Status::Invalid("planes must be float32, float16, bfloat16, uint8 or packed, got '", planes_name, "'");
 }
 
 void ConvertLc0Records(const uint8_t* records, int64_t rows, int64_t record_bytes, Lc0Convention convention,

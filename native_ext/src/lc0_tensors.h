@@ -35,6 +35,8 @@
 #include <string>
 #include <vector>
 
+#include <arrow/status.h>
+
 namespace shardmill {
 
 enum class Lc0Convention { kLoader, kChunkparser };
@@ -70,8 +72,8 @@ std::vector<Lc0Output> Lc0Outputs(Lc0Convention convention, PlaneEncoding encodi
 Lc0Tensors Lc0TensorsAt(const std::vector<Lc0Output>& outputs, const std::vector<uint8_t*>& buffers, int64_t row);
 
 // Parses a convention ("loader", "chunkparser") and a plane encoding ("float32", "float16", "bfloat16",
-// "uint8", "packed"); returns "" or what is wrong with them.
-std::string ParseLc0Options(const std::string& convention_name, const std::string& planes_name,
+// "uint8", "packed"); Invalid naming what is wrong with them.
+arrow::Status ParseLc0Options(const std::string& convention_name, const std::string& planes_name,
                             Lc0Convention* convention, PlaneEncoding* encoding);
 
 struct Lc0RecordError {

@@ -139,8 +139,7 @@ py::tuple Lc0Tensors(py::array_t<uint8_t, py::array::c_style> frames, const std:
   if (frames.ndim() != 2) throw shardmill::NativeError("frames must be a (rows, record_bytes) uint8 array");
   shardmill::Lc0Convention convention;
   shardmill::PlaneEncoding encoding;
-  const std::string unknown = shardmill::ParseLc0Options(convention_name, planes_name, &convention, &encoding);
-  if (!unknown.empty()) throw shardmill::NativeError(unknown);
+  shardmill::ThrowIfError(shardmill::ParseLc0Options(convention_name, planes_name, &convention, &encoding), "");
   const int64_t rows = frames.shape(0), record_bytes = frames.shape(1);
   auto outputs = shardmill::Lc0Outputs(convention, encoding);
   if (copy_policy) outputs.push_back({"policy", shardmill::kLc0PolicySize * 4});
@@ -242,12 +241,12 @@ PYBIND11_MODULE(_native, m) {
         const int64_t n = starts.size();
         uint8_t* out = dest.mutable_data();
         const int64_t out_size = dest.size();
-        std::string error;
+        arrow::Status copied;
         {
           py::gil_scoped_release release;
-          error = shardmill::CopyRuns(source, source_size, start, length, n, out, out_size);
+          copied = shardmill::CopyRuns(source, source_size, start, length, n, out, out_size);
         }
-        if (!error.empty()) throw std::invalid_argument("copy_runs: " + error);
+        if (!copied.ok()) throw std::invalid_argument("copy_runs: " + copied.message());
       },
       py::arg("src"), py::arg("starts"), py::arg("lengths"), py::arg("dest"),
       "Copies src[starts[i]:starts[i]+lengths[i]] back to back into dest (uint8 arrays; src may be a memmap view).");

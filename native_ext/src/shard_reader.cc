@@ -102,8 +102,7 @@ arrow::Status ShardReader::Init() {
   }
   if (!o.lc0_convention.empty()) {
     Lc0Conversion lc0;
-    const std::string unknown = ParseLc0Options(o.lc0_convention, o.lc0_planes, &lc0.convention, &lc0.encoding);
-    if (!unknown.empty()) return arrow::Status::Invalid(unknown);
+    ARROW_RETURN_NOT_OK(ParseLc0Options(o.lc0_convention, o.lc0_planes, &lc0.convention, &lc0.encoding));
     auto frame = std::find_if(columns_.begin(), columns_.end(), [](const ColumnSpec& c) { return c.name == "frame"; });
     if (frame == columns_.end() || frame->type->id() != arrow::Type::FIXED_SIZE_BINARY) {
       return arrow::Status::Invalid("lc0 tensors are converted from a fixed_size_binary 'frame' column: select it");

@@ -5,14 +5,15 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
+
+#include <arrow/status.h>
 
 namespace shardmill {
 
 // Copies src[starts[i], starts[i] + lengths[i]) for i in [0, n) back to back
-// into dest (sum of lengths bytes). Returns an empty string, or what is wrong
-// (a run outside src, a negative length) before anything is copied.
-std::string CopyRuns(const uint8_t* src, int64_t src_size, const int64_t* starts, const int64_t* lengths,
+// into dest (sum of lengths bytes). Invalid (a run outside src, a negative
+// length, more bytes than dest holds) before anything is copied.
+arrow::Status CopyRuns(const uint8_t* src, int64_t src_size, const int64_t* starts, const int64_t* lengths,
                      int64_t n, uint8_t* dest, int64_t dest_size);
 
 }  // namespace shardmill

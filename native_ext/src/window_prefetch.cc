@@ -9,12 +9,28 @@ namespace shardmill {
 namespace {
 
 // A window buffer: from the process cache (pages already faulted in) when
-// one fits. Throws like `new` when the memory cannot be mapped (the binding
-// raises MemoryError).
-LargeBuffer TakeWindowBuffer(int64_t bytes) {
+// one fits; OutOfMemory when the memory cannot be mapped.
+arrow::Result<LargeBuffer> TakeWindowBuffer(int64_t bytes) {
   LargeBuffer buffer = LargeBuffer::Take(bytes);
-  if (!buffer.data()) throw std::bad_alloc();
+  if (!buffer.data()) return arrow::Status::OutOfMemory("cannot map ", bytes, " bytes for a window");
   return buffer;
+}
+
+// The slot's arranged buffers (and tensors) for `rows` rows; the first failure, if any.
+arrow::Status TakeSlotBuffers(WindowSlot* slot, int64_t rows, const std::vector<ColumnSpec>& columns,
+                              const Lc0Conversion* lc0) {
+  for (const auto& column : columns) {
+    ARROW_ASSIGN_OR_RAISE(auto buffer, TakeWindowBuffer(rows * column.row_bytes));
+    slot->arranged.push_back(std::move(buffer));
+  }
+  ARROW_ASSIGN_OR_RAISE(slot->arranged_index, TakeWindowBuffer(rows * static_cast<int64_t>(sizeof(int64_t))));
+  if (lc0) {
+    for (const auto& output : lc0->outputs) {
+      ARROW_ASSIGN_OR_RAISE(auto buffer, TakeWindowBuffer(rows * output.row_bytes));
+      slot->tensors.push_back(std::move(buffer));
+    }
+  }
+  return arrow::Status::OK();
 }
 
 // Runs one step of a decode thread. An exception escaping a thread would end
@@ -130,15 +146,13 @@ void WindowPrefetcher::ScheduleLocked() {
     // part, not the whole window (time to first batch and after a restore).
     slot->parts = std::min(rows, (rows * row_bytes_ + kArrangePartBytes - 1) / kArrangePartBytes);
     slot->part_done.assign(static_cast<size_t>(slot->parts), 0);
-    for (const auto& column : groups_->columns()) slot->arranged.push_back(TakeWindowBuffer(rows * column.row_bytes));
-    slot->arranged_index = TakeWindowBuffer(rows * static_cast<int64_t>(sizeof(int64_t)));
-    if (lc0_) {
-      for (const auto& output : lc0_->outputs) slot->tensors.push_back(TakeWindowBuffer(rows * output.row_bytes));
-      slot->part_errors.resize(static_cast<size_t>(slot->parts));
+    if (lc0_) slot->part_errors.resize(static_cast<size_t>(slot->parts));
+    slot->status = TakeSlotBuffers(slot.get(), rows, groups_->columns(), lc0_.get());
+    if (slot->status.ok()) {  // else the window is failed, and ready: the batch that needs it raises the status
+      slot->decode_pending = groups;
+      slot->arrange_pending = slot->parts;
+      for (int64_t i = 0; i < groups; ++i) tasks_.push_back({slot, false, i});
     }
-    slot->decode_pending = groups;
-    slot->arrange_pending = slot->parts;
-    for (int64_t i = 0; i < groups; ++i) tasks_.push_back({slot, false, i});
     slots_.push_back(slot);
     scheduled = true;
     if (slot->layout.end() >= rank_end_) {

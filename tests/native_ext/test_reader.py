@@ -10,8 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardmill import native_ext
-from shardmill.native_ext import (Lc0Tensors, OrderOptions, OutputError, ReadOptions, ShardOptions, ShardReader,
-                                  _native_testing)
+from shardmill.native_ext import (Lc0Tensors, OrderOptions, OutputError, ReadOptions, ShardOptions, ShardReader)
 from shardmill.transforms.common import keyed_hash
 from shardmill.transforms.lc0.record_format import V6_DTYPE
 from tests.datagen.shards import extra_values, frame_bytes, write_output
@@ -40,46 +39,46 @@ def epoch_ids(output, **kwargs):
 
 # ---- shared generator and permutation ----------------------------------------
 
-def test_native_hash_matches_the_python_generator():
+def test_native_hash_matches_the_python_generator(native_testing):
     rng = np.random.default_rng(0)
     for _ in range(200):
         seed, stream = (int(x) for x in rng.integers(0, 2**63, 2))
         words = [int(x) for x in rng.integers(0, 2**63, int(rng.integers(0, 4)))]
-        assert _native_testing.hash_words(seed, stream, words) == int(keyed_hash.hash_words(seed, stream, *words))
-    assert _native_testing.hash_words(0, 0, []) == 0xE220A8397B1DCDAF  # SplitMix64's first output for seed 0
+        assert native_testing.hash_words(seed, stream, words) == int(keyed_hash.hash_words(seed, stream, *words))
+    assert native_testing.hash_words(0, 0, []) == 0xE220A8397B1DCDAF  # SplitMix64's first output for seed 0
 
 
 @pytest.mark.parametrize("k", list(range(1, 18)))
-def test_feistel_permutation_is_a_bijection_at_the_edge_sizes(k):
+def test_feistel_permutation_is_a_bijection_at_the_edge_sizes(native_testing, k):
     for n in {2**k - 1, 2**k, 2**k + 1}:
-        image = _native_testing.feistel_permutation(n, 977 + k)
+        image = native_testing.feistel_permutation(n, 977 + k)
         assert len(np.unique(image)) == n and image.max() == n - 1, n
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 255, 256, 257, 1000, 2**16 + 1, 335_544])
-def test_feistel_blocked_evaluation_matches_one_position_at_a_time(n):
+def test_feistel_blocked_evaluation_matches_one_position_at_a_time(native_testing, n):
     # The reader evaluates runs of positions in blocks (ApplyRange); the scalar Apply is the reference.
     for key in (1, 2**63 + 12345):
-        reference = _native_testing.feistel_permutation(n, key, one_at_a_time=True)
-        assert (_native_testing.feistel_permutation(n, key) == reference).all()
+        reference = native_testing.feistel_permutation(n, key, one_at_a_time=True)
+        assert (native_testing.feistel_permutation(n, key) == reference).all()
         first = n // 3
         count = n - first - n // 5
-        assert (_native_testing.feistel_permutation(n, key, first, count) == reference[first:first + count]).all()
+        assert (native_testing.feistel_permutation(n, key, first, count) == reference[first:first + count]).all()
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 255, 256, 257, 1000, 2**16 + 1, 335_544])
-def test_feistel_inverse_gives_back_each_position(n):
+def test_feistel_inverse_gives_back_each_position(native_testing, n):
     # Wide rows are scattered by where they go: the inverse permutation.
     for key in (7, 2**64 - 1):
-        image = _native_testing.feistel_permutation(n, key)
-        preimage = _native_testing.feistel_permutation(n, key, inverse=True)
+        image = native_testing.feistel_permutation(n, key)
+        preimage = native_testing.feistel_permutation(n, key, inverse=True)
         assert (preimage[image] == np.arange(n)).all()
         first, count = n // 4, n - n // 4 - n // 7
-        assert (_native_testing.feistel_permutation(n, key, first, count, inverse=True) == preimage[first:first + count]).all()
+        assert (native_testing.feistel_permutation(n, key, first, count, inverse=True) == preimage[first:first + count]).all()
 
 
-def test_feistel_permutation_depends_on_the_key_and_is_not_identity():
-    a, b = _native_testing.feistel_permutation(1000, 1), _native_testing.feistel_permutation(1000, 2)
+def test_feistel_permutation_depends_on_the_key_and_is_not_identity(native_testing):
+    a, b = native_testing.feistel_permutation(1000, 1), native_testing.feistel_permutation(1000, 2)
     assert (a != b).any() and (a != np.arange(1000)).sum() > 900
 
 
@@ -196,8 +195,8 @@ def test_window_buffers_a_closed_reader_gave_back_are_cached_reused_and_released
     ([4 << 20, 2 << 20, 4 << 20], 3 << 20, 2),
     ([2 << 20], 3 << 20, -1),                   # none fits: a new mapping
 ])
-def test_the_buffer_cache_gives_the_smallest_fit_given_back_last(given_back, take, picked):
-    assert _native_testing.buffer_cache_pick(given_back, take) == picked
+def test_the_buffer_cache_gives_the_smallest_fit_given_back_last(native_testing, given_back, take, picked):
+    assert native_testing.buffer_cache_pick(given_back, take) == picked
 
 
 def test_batches_viewing_window_buffers_outlive_the_reader_and_later_readers(tmp_path):
@@ -345,8 +344,8 @@ def test_a_null_frame_raises_naming_the_shard_and_column(tmp_path, width, page_v
     (bytes([0x80]), 1, False),                   # header cut short
     (b"", 0, True),
 ])
-def test_definition_levels_are_all_defined_only_when_every_value_is(levels, values, defined):
-    assert _native_testing.all_levels_defined(levels, values) is defined
+def test_definition_levels_are_all_defined_only_when_every_value_is(native_testing, levels, values, defined):
+    assert native_testing.all_levels_defined(levels, values) is defined
 
 
 # ---- errors ---------------------------------------------------------------------
