@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 
-from shardmill.native_ext import copy_runs  # noqa: E402
+from shardmill.native_ext.kernels import copy_runs  # noqa: E402
 from shardmill.pipelines.config import parse_config, validate  # noqa: E402
 from shardmill.pipelines.run_job import run_job  # noqa: E402
 from shardmill.transforms.tokens import job as token_job  # noqa: E402

@@ -12,8 +12,8 @@ import pyarrow as _pyarrow
 from shardmill.native_ext._build_info import BUILT_AGAINST_PYARROW
 
 __all__ = ["BUILT_AGAINST_PYARROW", "Lc0Tensors", "NativeError", "OrderOptions", "OutputError", "ReadOptions",
-           "ShardOptions", "ShardReader", "build_blending_indices", "cached_memory_bytes", "check_pyarrow_match",
-           "copy_runs", "load_manifest", "release_cached_memory", "self_check"]
+           "ShardOptions", "ShardReader", "cached_memory_bytes", "check_pyarrow_match", "load_manifest",
+           "release_cached_memory", "self_check"]
 
 
 def check_pyarrow_match(installed: str | None = None) -> None:
@@ -29,8 +29,8 @@ def check_pyarrow_match(installed: str | None = None) -> None:
 
 check_pyarrow_match()
 
-from shardmill.native_ext._native import (NativeError, build_blending_indices, cached_memory_bytes,  # noqa: E402
-                                          copy_runs, release_cached_memory, self_check)
+from shardmill.native_ext._native import (NativeError, cached_memory_bytes, release_cached_memory,  # noqa: E402
+                                          self_check)
 from shardmill.native_ext.converters import Lc0Tensors  # noqa: E402
 from shardmill.native_ext.options import OrderOptions, ReadOptions, ShardOptions  # noqa: E402
 from shardmill.native_ext.reader import OutputError, ShardReader, load_manifest  # noqa: E402

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <system_error>
+#include <thread>
 
 namespace shardmill {
 
@@ -399,6 +401,47 @@ void ConvertLc0Records(const uint8_t* records, int64_t rows, int64_t record_byte
     EncodePlanes(planes, encoding, row, out);
     if (out.policy) std::memcpy(out.policy + row * kLc0PolicySize, f.probabilities, kLc0PolicySize * sizeof(float));
   }
+}
+
+arrow::Result<Lc0Batch> ConvertLc0Batch(const uint8_t* records, int64_t rows, int64_t record_bytes,
+                                        Lc0Convention convention, PlaneEncoding encoding, int threads,
+                                        bool copy_policy) {
+  Lc0Batch batch;
+  batch.outputs = Lc0Outputs(convention, encoding);
+  if (copy_policy) batch.outputs.push_back({"policy", kLc0PolicySize * 4});
+  int64_t total = 64;
+  for (const auto& output : batch.outputs) total += (rows * output.row_bytes + 63) / 64 * 64;
+  batch.block = std::make_shared<LargeBuffer>(LargeBuffer::Take(total));
+  if (!batch.block->data()) return arrow::Status::OutOfMemory("cannot map ", total, " bytes for a batch of lc0 tensors");
+  int64_t offset = 0;
+  for (const auto& output : batch.outputs) {
+    batch.buffers.push_back(batch.block->data() + offset);
+    offset += (rows * output.row_bytes + 63) / 64 * 64;
+  }
+  const int parts = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, rows / 64)));
+  std::vector<std::vector<Lc0RecordError>> errors(static_cast<size_t>(parts));
+  auto run = [&](int part) {
+    const int64_t begin = rows * part / parts, end = rows * (part + 1) / parts;
+    Lc0Tensors out = Lc0TensorsAt(batch.outputs, batch.buffers, begin);
+    if (copy_policy) out.policy = reinterpret_cast<float*>(batch.buffers.back()) + begin * kLc0PolicySize;
+    try {
+      ConvertLc0Records(records + begin * record_bytes, end - begin, record_bytes, convention, encoding, out,
+                        &errors[static_cast<size_t>(part)]);
+      for (auto& error : errors[static_cast<size_t>(part)]) error.row += begin;
+    } catch (const std::exception& e) {  // memory: never past a thread's edge (that would terminate)
+      errors[static_cast<size_t>(part)].push_back({begin, e.what()});
+    }
+  };
+  std::vector<std::thread> helpers;
+  try {
+    for (int part = 1; part < parts; ++part) helpers.emplace_back(run, part);
+  } catch (const std::system_error&) {
+    for (int part = static_cast<int>(helpers.size()) + 1; part < parts; ++part) run(part);  // no thread to be had
+  }
+  run(0);
+  for (auto& helper : helpers) helper.join();
+  for (auto& part : errors) batch.errors.insert(batch.errors.end(), part.begin(), part.end());
+  return batch;
 }
 
 }  // namespace shardmill

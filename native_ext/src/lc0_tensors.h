@@ -32,10 +32,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include <arrow/result.h>
 #include <arrow/status.h>
+
+#include "large_buffer.h"
 
 namespace shardmill {
 
@@ -86,5 +90,20 @@ struct Lc0RecordError {
 // others are converted whatever their neighbours.
 void ConvertLc0Records(const uint8_t* records, int64_t rows, int64_t record_bytes, Lc0Convention convention,
                        PlaneEncoding encoding, const Lc0Tensors& out, std::vector<Lc0RecordError>* errors);
+
+// A batch of records converted at once, every output in one block from the process's buffer cache (fresh
+// arrays of this size were new mappings each batch, and zeroing their pages took a third of the time).
+struct Lc0Batch {
+  std::shared_ptr<LargeBuffer> block;  // owns every output
+  std::vector<Lc0Output> outputs;      // Lc0Outputs(...), then "policy" when copied
+  std::vector<uint8_t*> buffers;       // one per output, 64-byte aligned, inside block
+  std::vector<Lc0RecordError> errors;  // every record that could not be converted, by row
+};
+
+// Converts `rows` records split over up to `threads` threads (fewer when threads can't be had);
+// copy_policy also copies each record's policy into an output. OutOfMemory when the block can't be mapped.
+arrow::Result<Lc0Batch> ConvertLc0Batch(const uint8_t* records, int64_t rows, int64_t record_bytes,
+                                        Lc0Convention convention, PlaneEncoding encoding, int threads,
+                                        bool copy_policy);
 
 }  // namespace shardmill

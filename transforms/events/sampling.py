@@ -31,7 +31,7 @@ import math
 
 import numpy as np
 
-from shardmill.native_ext import _native
+from shardmill.native_ext import kernels
 from shardmill.transforms.common.keyed_hash import STREAM_LABEL_EXACT, hash_words
 
 MODES = ("ITERATIVE", "ADAPTIVE")
@@ -47,7 +47,7 @@ def reservoir_sample(m: int, k: int, seed: int, partition_key: int, gap: int) ->
     Runs in the native extension (about 100x the Python reference in
     tests/support/reference_label_sampling.py, which it matches bit for bit).
     """
-    return _native.reservoir_sample(m, k, seed, partition_key, gap)
+    return kernels.reservoir_sample(m, k, seed, partition_key, gap)
 
 
 @dataclasses.dataclass
@@ -71,7 +71,7 @@ def sample_partition(is_target: np.ndarray, ratio: float, mode: str, seed: int, 
     if not ratio > 0 or not math.isfinite(ratio):
         raise ValueError(f"ratio must be a positive number, got {ratio}")
     is_target = np.asarray(is_target, dtype=bool)
-    emitted, sizes, non_targets_out, draws = _native.sample_labels(
+    emitted, sizes, non_targets_out, draws = kernels.sample_labels(
         is_target.view(np.uint8), float(ratio), mode == "ADAPTIVE", seed, partition_key)
     targets = int(is_target.sum())
     return PartitionSample(emitted, targets, len(is_target) - targets, int(non_targets_out), list(sizes), int(draws))

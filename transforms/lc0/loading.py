@@ -17,7 +17,7 @@ import os
 import numpy as np
 import pyarrow as pa
 
-from shardmill.native_ext import _native
+from shardmill.native_ext import kernels
 from shardmill.transforms.common.dead_letter import DeadLetter
 from shardmill.transforms.common.filesystem import Opener, default_opener
 from shardmill.transforms.lc0.gzip_chunks import MAX_DEFLATE_RATIO, ChunkError, ChunkSpan, inflate_chunk
@@ -102,9 +102,9 @@ def _scatter_chunk(compressed: bytes, row: dict, positions: np.ndarray, dest_row
     streaming path runs so the ChunkError says precisely what is wrong.
     """
     try:
-        outcome = _native.scatter_chunk_records(compressed, row["num_records"], row["record_size"], row["version"],
+        outcome = kernels.scatter_chunk_records(compressed, row["num_records"], row["record_size"], row["version"],
                                                 positions, dest_rows, frame)
-    except _native.NativeError:
+    except kernels.NativeError:
         outcome = None
     if outcome == -1:
         return

@@ -18,7 +18,7 @@ import pyarrow as pa
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from shardmill.native_ext import copy_runs
+from shardmill.native_ext.kernels import copy_runs
 from shardmill.transforms.common.filesystem import file_size, is_local, read_all, write_bytes_atomically
 from shardmill.transforms.common.spill import write_spill
 from shardmill.transforms.job import JobOutputs

@@ -83,7 +83,7 @@ class BlendPlan:
 
 def plan_blend(weights: list[float], size: int) -> BlendPlan:
     """Megatron's blended dataset of `size` requested samples over corpora of these weights."""
-    from shardmill.native_ext import build_blending_indices
+    from shardmill.native_ext.kernels import build_blending_indices
 
     if not weights or any(not (w > 0) or not math.isfinite(w) for w in weights):
         raise SplitError(f"blend weights must be finite and > 0, got {weights}")

@@ -6,7 +6,7 @@ import struct
 import numpy as np
 import pytest
 
-from shardmill.native_ext import NativeError, _native
+from shardmill.native_ext import NativeError, kernels
 
 RECORD = 16
 VERSION = 6
@@ -19,7 +19,7 @@ def records(n: int, version: int = VERSION) -> np.ndarray:
 
 
 def scatter(compressed: bytes, n: int, positions, rows, out):
-    return _native.scatter_chunk_records(compressed, n, RECORD, VERSION, np.asarray(positions, np.int64),
+    return kernels.scatter_chunk_records(compressed, n, RECORD, VERSION, np.asarray(positions, np.int64),
                                          np.asarray(rows, np.int64), out)
 
 

@@ -1,0 +1,167 @@
+// Python bindings of the native reader (shardmill.native_ext._native): options, the reader, its memory.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "bind/lc0_arrays.h"
+#include "large_buffer.h"
+#include "self_check.h"
+#include "shard_reader.h"
+#include "status.h"
+
+namespace py = pybind11;
+
+namespace {
+
+using shardmill::ShardReader;
+
+// Made without starting: threads start in start(), never in a constructor.
+std::unique_ptr<ShardReader> MakeReader(shardmill::ReaderOptions options) {
+  py::gil_scoped_release release;  // opens the first shard's footer
+  return shardmill::ValueOrThrow(ShardReader::Make(std::move(options)), "");
+}
+
+// A column's numpy dtype and the shape of `rows` of it.
+std::pair<py::dtype, std::vector<py::ssize_t>> ArrayLayout(const shardmill::ColumnSpec& column, int64_t rows) {
+  if (column.type->id() == arrow::Type::FIXED_SIZE_BINARY) {
+    return {py::dtype::of<uint8_t>(), {static_cast<py::ssize_t>(rows), static_cast<py::ssize_t>(column.row_bytes)}};
+  }
+  // The numpy dtype of an Arrow fixed-width numeric type has the same name.
+  std::string name = column.type->ToString();
+  if (name == "float") name = "float32";
+  if (name == "double") name = "float64";
+  return {py::dtype(name), {static_cast<py::ssize_t>(rows)}};
+}
+
+py::object NextBatch(ShardReader& reader) {
+  shardmill::BatchPlan plan = reader.PlanNext();
+  if (plan.epoch < 0) return py::none();
+  py::dict batch;
+  py::array_t<uint64_t> record_seed(plan.rows);
+  uint64_t* seed_data = record_seed.mutable_data();
+  shardmill::BatchView view;
+  {
+    py::gil_scoped_release release;
+    view = shardmill::ValueOrThrow(reader.ViewNext(plan, seed_data), "");
+  }
+  if (view.owner) {
+    // Arrays viewing the window's arranged rows (writable: each row is served
+    // once); the capsule keeps the window alive while any of them lives.
+    py::capsule owner(new std::shared_ptr<const void>(std::move(view.owner)),
+                      [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); });
+    for (size_t c = 0; c < reader.columns().size(); ++c) {
+      auto [dtype, shape] = ArrayLayout(reader.columns()[c], plan.rows);
+      batch[py::str(reader.columns()[c].name)] = py::array(dtype, shape, view.columns[c], owner);
+    }
+    batch["record_index"] = py::array_t<int64_t>({static_cast<py::ssize_t>(plan.rows)}, view.record_index, owner);
+    if (const auto* lc0 = reader.lc0()) {
+      for (size_t i = 0; i < lc0->outputs.size(); ++i) {
+        batch[py::str(lc0->outputs[i].name)] =
+            shardmill::bind::Lc0Array(lc0->outputs[i].name, lc0->encoding, plan.rows, view.tensors[i], owner);
+      }
+    }
+  } else {
+    // The batch spans two windows: copied into fresh arrays.
+    std::vector<uint8_t*> buffers;
+    for (const auto& column : reader.columns()) {
+      auto [dtype, shape] = ArrayLayout(column, plan.rows);
+      py::array array(dtype, shape);
+      buffers.push_back(static_cast<uint8_t*>(array.mutable_data()));
+      batch[py::str(column.name)] = array;
+    }
+    py::array_t<int64_t> record_index(plan.rows);
+    int64_t* index_data = record_index.mutable_data();
+    std::vector<uint8_t*> tensors;
+    if (const auto* lc0 = reader.lc0()) {
+      for (const auto& output : lc0->outputs) {
+        py::array array = shardmill::bind::Lc0Array(output.name, lc0->encoding, plan.rows, nullptr, py::handle());
+        tensors.push_back(static_cast<uint8_t*>(array.mutable_data()));
+        batch[py::str(output.name)] = array;
+      }
+    }
+    {
+      py::gil_scoped_release release;
+      shardmill::ThrowIfError(reader.FillNext(plan, buffers, index_data, seed_data, tensors), "");
+    }
+    batch["record_index"] = record_index;
+  }
+  batch["record_seed"] = record_seed;
+  batch["epoch"] = plan.epoch;
+  return batch;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "shardmill native extension: the Arrow/Parquet shard reader core.";
+  py::register_exception<shardmill::NativeError>(m, "NativeError", PyExc_RuntimeError);
+
+  m.def(
+      "self_check",
+      [](int64_t num_rows) {
+        shardmill::SelfCheckReport report;
+        {
+          py::gil_scoped_release release;
+          report = shardmill::ValueOrThrow(shardmill::RunSelfCheck(num_rows), "self_check");
+        }
+        py::dict out;
+        out["arrow_version"] = report.arrow_version;
+        out["rows_round_tripped"] = report.rows_round_tripped;
+        out["parquet_bytes"] = report.parquet_bytes;
+        return out;
+      },
+      py::arg("num_rows") = 1000,
+      "Round-trips num_rows rows through an in-memory zstd Parquet file with the linked "
+      "Arrow/Parquet libraries; raises NativeError on any failure.");
+
+  m.def(
+      "release_cached_memory", [] { return shardmill::LargeBuffer::ReleaseCached(); },
+      py::call_guard<py::gil_scoped_release>(),
+      "Unmaps the window buffers the process keeps for its next readers; returns the bytes released.");
+  m.def(
+      "cached_memory_bytes", [] { return shardmill::LargeBuffer::CachedBytes(); },
+      "Bytes of freed window buffers the process keeps mapped for reuse (at most 512 MiB).");
+
+  // The reader's options, one struct (shardmill::ReaderOptions; see shard_reader.h for each field).
+  py::class_<shardmill::ReaderOptions>(m, "ReaderOptions")
+      .def(py::init<>())
+      .def(
+          "add_shard",
+          [](shardmill::ReaderOptions& options, std::string path, std::vector<int64_t> row_group_rows) {
+            options.shards.push_back({std::move(path), std::move(row_group_rows)});
+          },
+          py::arg("path"), py::arg("row_group_rows"))
+      .def_readwrite("columns", &shardmill::ReaderOptions::columns)
+      .def_readwrite("batch_size", &shardmill::ReaderOptions::batch_size)
+      .def_readwrite("drop_remainder", &shardmill::ReaderOptions::drop_remainder)
+      .def_readwrite("shard_index", &shardmill::ReaderOptions::shard_index)
+      .def_readwrite("shard_count", &shardmill::ReaderOptions::shard_count)
+      .def_readwrite("slice_begin", &shardmill::ReaderOptions::slice_begin)
+      .def_readwrite("slice_end", &shardmill::ReaderOptions::slice_end)
+      .def_readwrite("num_epochs", &shardmill::ReaderOptions::num_epochs)
+      .def_readwrite("seed", &shardmill::ReaderOptions::seed)
+      .def_readwrite("shuffle", &shardmill::ReaderOptions::shuffle)
+      .def_readwrite("window_row_groups", &shardmill::ReaderOptions::window_row_groups)
+      .def_readwrite("num_threads", &shardmill::ReaderOptions::num_threads)
+      .def_readwrite("prefetch_windows", &shardmill::ReaderOptions::prefetch_windows)
+      .def_readwrite("start_epoch", &shardmill::ReaderOptions::start_epoch)
+      .def_readwrite("start_position", &shardmill::ReaderOptions::start_position)
+      .def_readwrite("lc0_convention", &shardmill::ReaderOptions::lc0_convention)
+      .def_readwrite("lc0_planes", &shardmill::ReaderOptions::lc0_planes);
+
+  py::class_<ShardReader>(m, "NativeReader")
+      .def(py::init(&MakeReader), py::arg("options"), "Checks the options and the first shard; starts nothing.")
+      .def(
+          "start", [](ShardReader& reader) { shardmill::ThrowIfError(reader.Start(), ""); },
+          py::call_guard<py::gil_scoped_release>(), "Starts the decode threads (idempotent).")
+      .def("next_batch", &NextBatch, "The next batch as a dict of numpy arrays, or None at the end.")
+      .def("stop", &ShardReader::Stop, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("epoch", &ShardReader::epoch)
+      .def_property_readonly("position", &ShardReader::position)
+      .def_property_readonly("rows_per_epoch", &ShardReader::rows_per_epoch)
+      .def_property_readonly("num_rows", &ShardReader::num_rows);
+}
