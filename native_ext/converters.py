@@ -48,8 +48,11 @@ class Lc0Tensors:
     required_columns = ("frame",)
 
     def configure(self, native_options) -> None:
-        """Sets the native conversion on the reader's options."""
-        native_options.lc0_convention, native_options.lc0_planes = self.convention, self.planes
+        """Sets the native conversion (enums of record_converter.h) on the reader's options."""
+        from shardmill.native_ext._native import ConverterKind, PlaneEncoding
+
+        native_options.converter = getattr(ConverterKind, f"LC0_{self.convention.upper()}")
+        native_options.planes = getattr(PlaneEncoding, self.planes.upper())
 
     def finish(self, batch: dict) -> None:
         """Adds the policy: the records' own 1858 float32 probabilities, served in place as a strided view

@@ -372,7 +372,7 @@ arrow::Status ParseLc0Options(const std::string& convention_name, const std::str
 }
 
 void ConvertLc0Records(const uint8_t* records, int64_t rows, int64_t record_bytes, Lc0Convention convention,
-                       PlaneEncoding encoding, const Lc0Tensors& out, std::vector<Lc0RecordError>* errors) {
+                       PlaneEncoding encoding, const Lc0Tensors& out, std::vector<RecordError>* errors) {
   Planes planes;
   for (int64_t row = 0; row < rows; ++row) {
     const uint8_t* record = records + row * record_bytes;
@@ -419,7 +419,7 @@ arrow::Result<Lc0Batch> ConvertLc0Batch(const uint8_t* records, int64_t rows, in
     offset += (rows * output.row_bytes + 63) / 64 * 64;
   }
   const int parts = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, rows / 64)));
-  std::vector<std::vector<Lc0RecordError>> errors(static_cast<size_t>(parts));
+  std::vector<std::vector<RecordError>> errors(static_cast<size_t>(parts));
   auto run = [&](int part) {
     const int64_t begin = rows * part / parts, end = rows * (part + 1) / parts;
     Lc0Tensors out = Lc0TensorsAt(batch.outputs, batch.buffers, begin);

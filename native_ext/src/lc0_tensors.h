@@ -40,11 +40,11 @@
 #include <arrow/status.h>
 
 #include "large_buffer.h"
+#include "record_converter.h"
 
 namespace shardmill {
 
 enum class Lc0Convention { kLoader, kChunkparser };
-enum class PlaneEncoding { kFloat32, kFloat16, kBfloat16, kUint8, kPacked };
 
 constexpr int kLc0Planes = 112;
 constexpr int kLc0PolicySize = 1858;
@@ -80,16 +80,12 @@ Lc0Tensors Lc0TensorsAt(const std::vector<Lc0Output>& outputs, const std::vector
 arrow::Status ParseLc0Options(const std::string& convention_name, const std::string& planes_name,
                             Lc0Convention* convention, PlaneEncoding* encoding);
 
-struct Lc0RecordError {
-  int64_t row;       // index among the converted records
-  std::string what;  // what is wrong with it
-};
 
 // Converts `rows` records of `record_bytes` each. A record a convention
 // cannot convert gets zeros in every output and an entry in *errors; the
 // others are converted whatever their neighbours.
 void ConvertLc0Records(const uint8_t* records, int64_t rows, int64_t record_bytes, Lc0Convention convention,
-                       PlaneEncoding encoding, const Lc0Tensors& out, std::vector<Lc0RecordError>* errors);
+                       PlaneEncoding encoding, const Lc0Tensors& out, std::vector<RecordError>* errors);
 
 // A batch of records converted at once, every output in one block from the process's buffer cache (fresh
 // arrays of this size were new mappings each batch, and zeroing their pages took a third of the time).
@@ -97,7 +93,7 @@ struct Lc0Batch {
   std::shared_ptr<LargeBuffer> block;  // owns every output
   std::vector<Lc0Output> outputs;      // Lc0Outputs(...), then "policy" when copied
   std::vector<uint8_t*> buffers;       // one per output, 64-byte aligned, inside block
-  std::vector<Lc0RecordError> errors;  // every record that could not be converted, by row
+  std::vector<RecordError> errors;  // every record that could not be converted, by row
 };
 
 // Converts `rows` records split over up to `threads` threads (fewer when threads can't be had);

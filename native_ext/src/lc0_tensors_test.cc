@@ -34,7 +34,7 @@ std::vector<uint8_t> V6Record(uint32_t input_format, uint8_t stm_or_ep, uint8_t 
 // The first error of a conversion ("" if none) and its row.
 std::string Convert(const uint8_t* records, int64_t rows, shardmill::Lc0Convention convention,
                     shardmill::PlaneEncoding encoding, const shardmill::Lc0Tensors& out, int64_t* bad) {
-  std::vector<shardmill::Lc0RecordError> errors;
+  std::vector<shardmill::RecordError> errors;
   shardmill::ConvertLc0Records(records, rows, 8356, convention, encoding, out, &errors);
   *bad = errors.empty() ? -1 : errors.front().row;
   return errors.empty() ? "" : errors.front().what;

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "record_converter.h"
+
 #include "shard_file.h"
 
 namespace shardmill {
@@ -30,11 +32,9 @@ struct ReaderOptions {
   int64_t prefetch_windows = 2;        // windows decoded ahead of the one being served
   int64_t start_epoch = 0;             // resume point: epoch ...
   int64_t start_position = 0;          // ... and rows of this rank's slice already delivered
-  // lc0 training tensors of the `frame` column (lc0_tensors.h), converted on
-  // the decode threads once a window's rows are in epoch order: "" none,
-  // "loader" or "chunkparser"; lc0_planes is the plane encoding.
-  std::string lc0_convention;
-  std::string lc0_planes = "float32";
+  // Training tensors converted from a column on the decode threads once a
+  // window's rows are in epoch order (record_converter.h); kind kNone: none.
+  ConverterOptions converter;
 };
 
 }  // namespace shardmill

@@ -100,22 +100,19 @@ arrow::Status ShardReader::Init() {
   if (o.start_position < 0 || o.start_position > rank_rows_) {
     return arrow::Status::Invalid("start position ", o.start_position, " is outside [0, ", rank_rows_, "]");
   }
-  if (!o.lc0_convention.empty()) {
-    Lc0Conversion lc0;
-    ARROW_RETURN_NOT_OK(ParseLc0Options(o.lc0_convention, o.lc0_planes, &lc0.convention, &lc0.encoding));
-    auto frame = std::find_if(columns_.begin(), columns_.end(), [](const ColumnSpec& c) { return c.name == "frame"; });
-    if (frame == columns_.end() || frame->type->id() != arrow::Type::FIXED_SIZE_BINARY) {
-      return arrow::Status::Invalid("lc0 tensors are converted from a fixed_size_binary 'frame' column: select it");
-    }
-    lc0.column = static_cast<size_t>(frame - columns_.begin());
-    lc0.record_bytes = frame->row_bytes;
-    lc0.outputs = Lc0Outputs(lc0.convention, lc0.encoding);
-    lc0_ = std::make_shared<const Lc0Conversion>(std::move(lc0));
+  ARROW_ASSIGN_OR_RAISE(auto converter, MakeRecordConverter(o.converter));
+  if (converter) {
+    const auto& name = converter->column();
+    auto column = std::find_if(columns_.begin(), columns_.end(), [&](const ColumnSpec& c) { return c.name == name; });
+    if (column == columns_.end()) return arrow::Status::Invalid("the conversion reads column '", name, "': select it");
+    ARROW_RETURN_NOT_OK(converter->CheckColumn(*column->type, column->row_bytes));
+    conversion_ = std::make_shared<const Conversion>(
+        Conversion{std::move(converter), static_cast<size_t>(column - columns_.begin()), column->row_bytes});
   }
   epoch_ = o.start_epoch;
   position_ = o.start_position;
   prefetcher_ = std::make_unique<WindowPrefetcher>(o, layout_, std::make_unique<ShardGroups>(o.shards, columns_),
-                                                   RankStart(), RankStart() + rank_rows_, lc0_);
+                                                   RankStart(), RankStart() + rank_rows_, conversion_);
   return arrow::Status::OK();
 }
 
@@ -147,7 +144,7 @@ void ShardReader::RecordSeeds(const int64_t* record_index, int64_t rows, uint64_
 }
 
 arrow::Status ShardReader::ConvertedThrough(const WindowSlot& slot, int64_t first, int64_t last) const {
-  if (!lc0_ || slot.parts == 0) return arrow::Status::OK();
+  if (!conversion_ || slot.parts == 0) return arrow::Status::OK();
   for (int64_t part = slot.PartOf(first); part <= slot.PartOf(last); ++part) {
     for (const auto& error : slot.part_errors[static_cast<size_t>(part)]) {
       const int64_t position = slot.arranged_start + error.row;
@@ -180,10 +177,9 @@ arrow::Result<BatchView> ShardReader::ViewNext(const BatchPlan& plan, uint64_t* 
   for (size_t c = 0; c < columns_.size(); ++c) {
     view.columns.push_back(slot->arranged[c].data() + offset * columns_[c].row_bytes);
   }
-  if (lc0_) {
-    for (size_t i = 0; i < lc0_->outputs.size(); ++i) {
-      view.tensors.push_back(slot->tensors[i].data() + offset * lc0_->outputs[i].row_bytes);
-    }
+  if (conversion_) {
+    const auto& outputs = conversion_->converter->outputs();
+    for (size_t i = 0; i < outputs.size(); ++i) view.tensors.push_back(slot->tensors[i].data() + offset * outputs[i].row_bytes);
   }
   view.record_index = reinterpret_cast<const int64_t*>(slot->arranged_index.data()) + offset;
   RecordSeeds(view.record_index, plan.rows, record_seed);
@@ -197,7 +193,9 @@ arrow::Status ShardReader::FillNext(const BatchPlan& plan, const std::vector<uin
                                     const std::vector<uint8_t*>& tensors) {
   if (plan.epoch != epoch_) return arrow::Status::Invalid("FillNext without a matching PlanNext");
   if (buffers.size() != columns_.size()) return arrow::Status::Invalid("one buffer per column expected");
-  if (lc0_ && tensors.size() != lc0_->outputs.size()) return arrow::Status::Invalid("one buffer per lc0 output");
+  if (conversion_ && tensors.size() != conversion_->converter->outputs().size()) {
+    return arrow::Status::Invalid("one buffer per converted output expected");
+  }
   arrow::Status converted;
   int64_t done = 0;
   while (done < plan.rows) {
@@ -210,10 +208,11 @@ arrow::Status ShardReader::FillNext(const BatchPlan& plan, const std::vector<uin
       const int64_t width = columns_[c].row_bytes;
       std::memcpy(buffers[c] + done * width, slot->arranged[c].data() + offset * width, run * width);
     }
-    if (lc0_) {
+    if (conversion_) {
       if (converted.ok()) converted = ConvertedThrough(*slot, target, target + run - 1);
-      for (size_t i = 0; i < lc0_->outputs.size(); ++i) {
-        const int64_t width = lc0_->outputs[i].row_bytes;
+      const auto& outputs = conversion_->converter->outputs();
+      for (size_t i = 0; i < outputs.size(); ++i) {
+        const int64_t width = outputs[i].row_bytes;
         std::memcpy(tensors[i] + done * width, slot->tensors[i].data() + offset * width, run * width);
       }
     }

@@ -42,7 +42,7 @@ struct BatchPlan {
 // keeps them alive (and out of the buffer cache) for as long as it is held.
 struct BatchView {
   std::vector<const uint8_t*> columns;
-  std::vector<const uint8_t*> tensors;  // lc0 outputs (lc0_outputs()), if converting
+  std::vector<const uint8_t*> tensors;  // the converter's outputs, if converting
   const int64_t* record_index = nullptr;
   std::shared_ptr<const void> owner;  // null: no view (the batch spans two windows)
 };
@@ -58,8 +58,8 @@ class ShardReader {
   void Stop();
 
   const std::vector<ColumnSpec>& columns() const { return columns_; }
-  // The lc0 conversion of every batch, or null (ReaderOptions::lc0_convention).
-  const Lc0Conversion* lc0() const { return lc0_.get(); }
+  // The converter of every batch, or null (ReaderOptions::converter).
+  const RecordConverter* converter() const { return conversion_ ? conversion_->converter.get() : nullptr; }
   int64_t rows_per_epoch() const { return rank_rows_; }
   int64_t num_rows() const { return layout_->num_rows(); }
   int64_t epoch() const { return epoch_; }
@@ -70,8 +70,8 @@ class ShardReader {
   // Fills the next batch planned by PlanNext(): one buffer per column
   // (rows x row_bytes), plus each row's global record index (its position in
   // the dataset, shards in manifest order) and record seed
-  // HashWords(seed, kStreamRecordSeed, {index}); with an lc0 conversion,
-  // one buffer per lc0 output in `tensors`. Blocks until decoded. A record
+  // HashWords(seed, kStreamRecordSeed, {index}); with a conversion,
+  // one buffer per converted output in `tensors`. Blocks until decoded. A record
   // the conversion refused fails the batch that holds it (naming its shard
   // and row); the batch is consumed all the same.
   arrow::Status FillNext(const BatchPlan& plan, const std::vector<uint8_t*>& buffers, int64_t* record_index,
@@ -85,7 +85,7 @@ class ShardReader {
   explicit ShardReader(ReaderOptions options);
   arrow::Status Init();
   void RecordSeeds(const int64_t* record_index, int64_t rows, uint64_t* record_seed) const;
-  // OK, or the error of the first record in epoch positions [first, last] the lc0 conversion refused.
+  // OK, or the error of the first record in epoch positions [first, last] the conversion refused.
   arrow::Status ConvertedThrough(const WindowSlot& slot, int64_t first, int64_t last) const;
   // The first epoch position of this rank's slice.
   int64_t RankStart() const {
@@ -96,7 +96,7 @@ class ShardReader {
   std::shared_ptr<const DatasetLayout> layout_;
   std::vector<ColumnSpec> columns_;
   int64_t rank_rows_ = 0;
-  std::shared_ptr<const Lc0Conversion> lc0_;
+  std::shared_ptr<const Conversion> conversion_;
   std::unique_ptr<WindowPrefetcher> prefetcher_;
 
   // Consumer state (the checkpoint).

@@ -18,14 +18,14 @@ arrow::Result<LargeBuffer> TakeWindowBuffer(int64_t bytes) {
 
 // The slot's arranged buffers (and tensors) for `rows` rows; the first failure, if any.
 arrow::Status TakeSlotBuffers(WindowSlot* slot, int64_t rows, const std::vector<ColumnSpec>& columns,
-                              const Lc0Conversion* lc0) {
+                              const Conversion* conversion) {
   for (const auto& column : columns) {
     ARROW_ASSIGN_OR_RAISE(auto buffer, TakeWindowBuffer(rows * column.row_bytes));
     slot->arranged.push_back(std::move(buffer));
   }
   ARROW_ASSIGN_OR_RAISE(slot->arranged_index, TakeWindowBuffer(rows * static_cast<int64_t>(sizeof(int64_t))));
-  if (lc0) {
-    for (const auto& output : lc0->outputs) {
+  if (conversion) {
+    for (const auto& output : conversion->converter->outputs()) {
       ARROW_ASSIGN_OR_RAISE(auto buffer, TakeWindowBuffer(rows * output.row_bytes));
       slot->tensors.push_back(std::move(buffer));
     }
@@ -68,7 +68,7 @@ bool WindowSlot::ReadyThrough(int64_t first, int64_t last) const {
 
 WindowPrefetcher::WindowPrefetcher(const ReaderOptions& options, std::shared_ptr<const DatasetLayout> layout,
                                    std::unique_ptr<ShardGroups> groups, int64_t rank_start, int64_t rank_end,
-                                   std::shared_ptr<const Lc0Conversion> lc0)
+                                   std::shared_ptr<const Conversion> conversion)
     : num_epochs_(options.num_epochs),
       seed_(options.seed),
       shuffle_(options.shuffle),
@@ -79,7 +79,7 @@ WindowPrefetcher::WindowPrefetcher(const ReaderOptions& options, std::shared_ptr
       groups_(std::move(groups)),
       rank_start_(rank_start),
       rank_end_(rank_end),
-      lc0_(std::move(lc0)) {
+      conversion_(std::move(conversion)) {
   for (const auto& column : groups_->columns()) row_bytes_ += column.row_bytes;
 }
 
@@ -146,8 +146,8 @@ void WindowPrefetcher::ScheduleLocked() {
     // part, not the whole window (time to first batch and after a restore).
     slot->parts = std::min(rows, (rows * row_bytes_ + kArrangePartBytes - 1) / kArrangePartBytes);
     slot->part_done.assign(static_cast<size_t>(slot->parts), 0);
-    if (lc0_) slot->part_errors.resize(static_cast<size_t>(slot->parts));
-    slot->status = TakeSlotBuffers(slot.get(), rows, groups_->columns(), lc0_.get());
+    if (conversion_) slot->part_errors.resize(static_cast<size_t>(slot->parts));
+    slot->status = TakeSlotBuffers(slot.get(), rows, groups_->columns(), conversion_.get());
     if (slot->status.ok()) {  // else the window is failed, and ready: the batch that needs it raises the status
       slot->decode_pending = groups;
       slot->arrange_pending = slot->parts;
@@ -216,15 +216,15 @@ void WindowPrefetcher::WorkerLoop() {
 
 void WindowPrefetcher::RunArrange(const Task& task) {
   WindowSlot& slot = *task.slot;
-  std::vector<Lc0RecordError> errors;
+  std::vector<RecordError> errors;
   const arrow::Status arranged = StatusOfCall([&] {  // the decoded groups are immutable by now
     if (!ScatterRows()) ArrangePart(slot, task.index);  // scattered rows are in place already
-    if (lc0_) ConvertPart(slot, task.index, &errors);
+    if (conversion_) ConvertPart(slot, task.index, &errors);
     return arrow::Status::OK();
   });
   std::lock_guard<std::mutex> lock(mutex_);
   if (!arranged.ok() && slot.status.ok()) slot.status = arranged;
-  if (lc0_) slot.part_errors[static_cast<size_t>(task.index)] = std::move(errors);
+  if (conversion_) slot.part_errors[static_cast<size_t>(task.index)] = std::move(errors);
   slot.part_done[static_cast<size_t>(task.index)] = 1;
   if (--slot.arrange_pending == 0) slot.groups.clear();
   group_done_.notify_all();
@@ -252,13 +252,13 @@ void WindowPrefetcher::RunDecode(const Task& task, ShardGroups::Handles* handles
       slot.groups[task.index] = std::move(decoded);
     }
     if (--slot.decode_pending == 0) {
-      if (slot.status.ok() && ScatterRows() && !lc0_) {
+      if (slot.status.ok() && ScatterRows() && !conversion_) {
         std::fill(slot.part_done.begin(), slot.part_done.end(), 1);  // every row is in place
         slot.arrange_pending = 0;
       } else if (slot.status.ok()) {
         // Ahead of the decoding of later windows, part 0 first: the
         // consumer waits for this window (first batch, restore). Scattered
-        // rows with an lc0 conversion: these tasks only convert.
+        // rows with a conversion: these tasks only convert.
         for (int64_t part = slot.parts - 1; part >= 0; --part) tasks_.push_front({task.slot, true, part});
         schedule_arrange = slot.parts > 0;
       } else {
@@ -286,14 +286,14 @@ void WindowPrefetcher::ArrangePart(WindowSlot& slot, int64_t part) const {
   GatherRows(slot.groups, columns, locations.data(), end - begin, dest);
 }
 
-void WindowPrefetcher::ConvertPart(WindowSlot& slot, int64_t part, std::vector<Lc0RecordError>* errors) const {
+void WindowPrefetcher::ConvertPart(WindowSlot& slot, int64_t part, std::vector<RecordError>* errors) const {
   const int64_t begin = slot.PartBegin(part);
   const int64_t end = slot.PartBegin(part + 1);
-  std::vector<uint8_t*> buffers;
-  for (auto& buffer : slot.tensors) buffers.push_back(buffer.data());
-  const Lc0Tensors out = Lc0TensorsAt(lc0_->outputs, buffers, begin);
-  const uint8_t* records = slot.arranged[lc0_->column].data() + begin * lc0_->record_bytes;
-  ConvertLc0Records(records, end - begin, lc0_->record_bytes, lc0_->convention, lc0_->encoding, out, errors);
+  const auto& outputs = conversion_->converter->outputs();
+  std::vector<uint8_t*> out;
+  for (size_t i = 0; i < outputs.size(); ++i) out.push_back(slot.tensors[i].data() + begin * outputs[i].row_bytes);
+  const uint8_t* records = slot.arranged[conversion_->column].data() + begin * conversion_->record_bytes;
+  conversion_->converter->Convert(records, end - begin, conversion_->record_bytes, out, errors);
   for (auto& error : *errors) error.row += begin;
 }
 

@@ -12,9 +12,9 @@
 // 2 x (prefetch_windows + 1) x window_row_groups x the largest row group,
 // plus that cache, plus the windows batches still view.
 //
-// With an lc0 conversion, each part of a window is also converted to training
-// tensors (lc0_tensors.h) on these threads once its rows are in place; the
-// consumer waits for the conversion of the part it reads.
+// With a conversion, each part of a window is also converted to training
+// tensors (record_converter.h) on these threads once its rows are in place;
+// the consumer waits for the conversion of the part it reads.
 //
 // Threads start in Start(), never in the constructor; Stop() is idempotent
 // and the destructor calls it. A failure on a thread (a Status, or an
@@ -34,20 +34,18 @@
 
 #include "epoch_order.h"
 #include "large_buffer.h"
-#include "lc0_tensors.h"
+#include "record_converter.h"
 #include "reader_options.h"
 #include "row_placement.h"
 #include "shard_file.h"
 
 namespace shardmill {
 
-// The lc0 conversion the prefetcher applies to every window.
-struct Lc0Conversion {
-  Lc0Convention convention;
-  PlaneEncoding encoding;
-  size_t column;         // the frame column among the selected ones
+// The conversion the prefetcher applies to every window part (record_converter.h).
+struct Conversion {
+  std::shared_ptr<const RecordConverter> converter;
+  size_t column;         // the converted column among the selected ones
   int64_t record_bytes;  // its width
-  std::vector<Lc0Output> outputs;
 };
 
 // One window of one epoch as this rank reads it. Once ready through a
@@ -68,11 +66,11 @@ struct WindowSlot {
   // owns them, lives as long as any batch viewing it).
   std::vector<LargeBuffer> arranged;
   LargeBuffer arranged_index;  // int64 global record index per row
-  // With an lc0 conversion: one buffer per output (Lc0Conversion::outputs),
+  // With a conversion: one buffer per output (RecordConverter::outputs),
   // this rank's rows in epoch order, and per part the records it could not
   // convert (rows relative to arranged_start; their outputs are zeros).
   std::vector<LargeBuffer> tensors;
-  std::vector<std::vector<Lc0RecordError>> part_errors;
+  std::vector<std::vector<RecordError>> part_errors;
 
   // Prefetch state, guarded by the prefetcher's mutex.
   std::vector<std::shared_ptr<DecodedGroup>> groups;  // gathered rows only; released once arranged
@@ -98,7 +96,7 @@ class WindowPrefetcher {
   // thread and prefetch settings. Starts nothing.
   WindowPrefetcher(const ReaderOptions& options, std::shared_ptr<const DatasetLayout> layout,
                    std::unique_ptr<ShardGroups> groups, int64_t rank_start, int64_t rank_end,
-                   std::shared_ptr<const Lc0Conversion> lc0 = nullptr);
+                   std::shared_ptr<const Conversion> conversion = nullptr);
   ~WindowPrefetcher();
   WindowPrefetcher(const WindowPrefetcher&) = delete;
   WindowPrefetcher& operator=(const WindowPrefetcher&) = delete;
@@ -126,8 +124,8 @@ class WindowPrefetcher {
   void RunDecode(const Task& task, ShardGroups::Handles* handles);
   // Copies the rows of part `part` of the slot's arranged range to their place.
   void ArrangePart(WindowSlot& slot, int64_t part) const;
-  // Converts the arranged rows of part `part` to lc0 tensors; the records it could not convert go to *errors.
-  void ConvertPart(WindowSlot& slot, int64_t part, std::vector<Lc0RecordError>* errors) const;
+  // Converts the arranged rows of part `part` to tensors; the records it could not convert go to *errors.
+  void ConvertPart(WindowSlot& slot, int64_t part, std::vector<RecordError>* errors) const;
   // Decodes group `index` of the slot's window and copies the rows this
   // rank reads to their places in the slot's arranged buffers (wide rows).
   arrow::Status ScatterGroup(const WindowSlot& slot, int64_t index, ShardGroups::Handles* handles) const;
@@ -151,7 +149,7 @@ class WindowPrefetcher {
   const std::unique_ptr<ShardGroups> groups_;
   const int64_t rank_start_;
   const int64_t rank_end_;
-  const std::shared_ptr<const Lc0Conversion> lc0_;  // null: no conversion
+  const std::shared_ptr<const Conversion> conversion_;  // null: no conversion
   int64_t row_bytes_ = 0;  // of all selected columns
 
   std::mutex mutex_;

@@ -9,7 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "bind/lc0_arrays.h"
+#include "bind/tensor_arrays.h"
+#include "lc0_converter.h"
 #include "blending.h"
 #include "chunk_records.h"
 #include "label_sampling.h"
@@ -40,8 +41,8 @@ py::tuple Lc0Tensors(py::array_t<uint8_t, py::array::c_style> frames, const std:
                     [](void* p) { delete static_cast<std::shared_ptr<shardmill::LargeBuffer>*>(p); });
   py::dict tensors;
   for (size_t i = 0; i < batch.outputs.size(); ++i) {
-    tensors[py::str(batch.outputs[i].name)] =
-        shardmill::bind::Lc0Array(batch.outputs[i].name, encoding, rows, batch.buffers[i], owner);
+    tensors[py::str(batch.outputs[i].name)] = shardmill::bind::TensorArray(
+        shardmill::Lc0TensorSpec(batch.outputs[i], encoding), rows, batch.buffers[i], owner);
   }
   if (!batch.errors.empty()) return py::make_tuple(tensors, batch.errors.front().row, batch.errors.front().what);
   return py::make_tuple(tensors, -1, "");

@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "bind/lc0_arrays.h"
+#include "bind/tensor_arrays.h"
 #include "large_buffer.h"
 #include "self_check.h"
 #include "shard_reader.h"
@@ -58,10 +58,10 @@ py::object NextBatch(ShardReader& reader) {
       batch[py::str(reader.columns()[c].name)] = py::array(dtype, shape, view.columns[c], owner);
     }
     batch["record_index"] = py::array_t<int64_t>({static_cast<py::ssize_t>(plan.rows)}, view.record_index, owner);
-    if (const auto* lc0 = reader.lc0()) {
-      for (size_t i = 0; i < lc0->outputs.size(); ++i) {
-        batch[py::str(lc0->outputs[i].name)] =
-            shardmill::bind::Lc0Array(lc0->outputs[i].name, lc0->encoding, plan.rows, view.tensors[i], owner);
+    if (const auto* converter = reader.converter()) {
+      const auto& outputs = converter->outputs();
+      for (size_t i = 0; i < outputs.size(); ++i) {
+        batch[py::str(outputs[i].name)] = shardmill::bind::TensorArray(outputs[i], plan.rows, view.tensors[i], owner);
       }
     }
   } else {
@@ -76,9 +76,9 @@ py::object NextBatch(ShardReader& reader) {
     py::array_t<int64_t> record_index(plan.rows);
     int64_t* index_data = record_index.mutable_data();
     std::vector<uint8_t*> tensors;
-    if (const auto* lc0 = reader.lc0()) {
-      for (const auto& output : lc0->outputs) {
-        py::array array = shardmill::bind::Lc0Array(output.name, lc0->encoding, plan.rows, nullptr, py::handle());
+    if (const auto* converter = reader.converter()) {
+      for (const auto& output : converter->outputs()) {
+        py::array array = shardmill::bind::TensorArray(output, plan.rows, nullptr, py::handle());
         tensors.push_back(static_cast<uint8_t*>(array.mutable_data()));
         batch[py::str(output.name)] = array;
       }
@@ -126,6 +126,18 @@ PYBIND11_MODULE(_native, m) {
       "cached_memory_bytes", [] { return shardmill::LargeBuffer::CachedBytes(); },
       "Bytes of freed window buffers the process keeps mapped for reuse (at most 512 MiB).");
 
+  // The conversions a reader applies (record_converter.h), as enums.
+  py::enum_<shardmill::ConverterKind>(m, "ConverterKind")
+      .value("NONE", shardmill::ConverterKind::kNone)
+      .value("LC0_LOADER", shardmill::ConverterKind::kLc0Loader)
+      .value("LC0_CHUNKPARSER", shardmill::ConverterKind::kLc0Chunkparser);
+  py::enum_<shardmill::PlaneEncoding>(m, "PlaneEncoding")
+      .value("FLOAT32", shardmill::PlaneEncoding::kFloat32)
+      .value("FLOAT16", shardmill::PlaneEncoding::kFloat16)
+      .value("BFLOAT16", shardmill::PlaneEncoding::kBfloat16)
+      .value("UINT8", shardmill::PlaneEncoding::kUint8)
+      .value("PACKED", shardmill::PlaneEncoding::kPacked);
+
   // The reader's options, one struct (shardmill::ReaderOptions; see shard_reader.h for each field).
   py::class_<shardmill::ReaderOptions>(m, "ReaderOptions")
       .def(py::init<>())
@@ -150,8 +162,12 @@ PYBIND11_MODULE(_native, m) {
       .def_readwrite("prefetch_windows", &shardmill::ReaderOptions::prefetch_windows)
       .def_readwrite("start_epoch", &shardmill::ReaderOptions::start_epoch)
       .def_readwrite("start_position", &shardmill::ReaderOptions::start_position)
-      .def_readwrite("lc0_convention", &shardmill::ReaderOptions::lc0_convention)
-      .def_readwrite("lc0_planes", &shardmill::ReaderOptions::lc0_planes);
+      .def_property(
+          "converter", [](const shardmill::ReaderOptions& o) { return o.converter.kind; },
+          [](shardmill::ReaderOptions& o, shardmill::ConverterKind kind) { o.converter.kind = kind; })
+      .def_property(
+          "planes", [](const shardmill::ReaderOptions& o) { return o.converter.planes; },
+          [](shardmill::ReaderOptions& o, shardmill::PlaneEncoding planes) { o.converter.planes = planes; });
 
   py::class_<ShardReader>(m, "NativeReader")
       .def(py::init(&MakeReader), py::arg("options"), "Checks the options and the first shard; starts nothing.")
