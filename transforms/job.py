@@ -24,6 +24,7 @@ max_error_fraction).
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, TypedDict
 
 
@@ -52,6 +53,7 @@ class JobKind:
     """
 
     name: str  # the manifest's job_kind and the registry key
+    package: str  # the kind's folder as a package: its summary.render_summary and plots.plot serve every kind
     config_field: str  # the member of JobConfig's `job` oneof holding this kind's settings
     record_format: str  # the manifest's record_format
     description: str  # one line for `shardmill --help` and `run --help`
@@ -94,12 +96,12 @@ class JobKind:
         return manifest["record_format"]
 
     def render_summary(self, manifest: dict) -> str:
-        """The run's summary lines (printed after `run` and by `inspect`)."""
-        raise NotImplementedError
+        """The run's summary lines (printed after `run` and by `inspect`): the kind's summary.render_summary."""
+        return importlib.import_module(f"{self.package}.summary").render_summary(manifest)
 
     def plot(self, manifest: dict, path: str) -> None:
-        """Charts of the run's statistics to a PNG (`inspect --plot`)."""
-        raise NotImplementedError
+        """Charts of the run's statistics to a PNG (`inspect --plot`): the kind's plots.plot."""
+        importlib.import_module(f"{self.package}.plots").plot(manifest, path)
 
     def count(self, config, args, options) -> int:
         """`shardmill count` (args: its parsed command line) for this kind; ValueError where it has none."""

@@ -1,6 +1,7 @@
 """One contract for every job kind: the config's one section picks it, and run, --dry-run, count, inspect,
 --plot and help all go through it."""
 
+import importlib
 import inspect as pyinspect
 import os
 
@@ -44,8 +45,11 @@ def test_every_registered_kind_keeps_the_contract():
     assert {f.name for f in oneof.fields} == fields  # one section per kind, no section without a kind
     for kind in kinds():
         assert isinstance(kind, JobKind) and kind.description and kind.record_format
-        for method in ("validate", "transform", "shard_format", "render_summary", "plot"):
+        for method in ("validate", "transform", "shard_format"):
             assert getattr(type(kind), method) is not getattr(JobKind, method), (kind.name, method)
+        for module, function in (("summary", "render_summary"), ("plots", "plot"), ("job", None), ("shards", None)):
+            loaded = importlib.import_module(f"{kind.package}.{module}")  # the folder's conventional modules
+            assert function is None or callable(getattr(loaded, function))
     assert job_kind(parse_config("")).name == "lc0"  # no section: the lc0 job with its defaults
 
 

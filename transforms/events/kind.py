@@ -32,6 +32,7 @@ def label_spec(config):
 
 class LabelsKind(JobKind):
     name = "labels"
+    package = "shardmill.transforms.events"
     config_field = "label_sampling"
     record_format = "events"
     description = "label-sample event logs (Parquet, CSV/TSV, JSON lines) into shuffled rows"
@@ -79,16 +80,6 @@ class LabelsKind(JobKind):
 
     def describe(self, manifest):
         return f"events, label column {manifest['label_column']!r}"
-
-    def render_summary(self, manifest):
-        from shardmill.transforms.events.summary import render_label_summary
-
-        return render_label_summary(manifest)
-
-    def plot(self, manifest, path):
-        from shardmill.transforms.events.plots import plot_label_sampling
-
-        plot_label_sampling(manifest, path)
 
 
 KIND = LabelsKind()

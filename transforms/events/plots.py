@@ -7,7 +7,7 @@ from shardmill.transforms.common.plotting import pyplot
 MAX_PARTITIONS_DRAWN = 40
 
 
-def plot_label_sampling(manifest: dict, path: str) -> None:
+def plot(manifest: dict, path: str) -> None:
     """Per partition: targets and non-targets read and kept, and the achieved ratio against the requested one."""
     plt = pyplot()
     stats = manifest["stats"]["label_sampling"]

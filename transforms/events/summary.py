@@ -5,7 +5,7 @@ from __future__ import annotations
 from shardmill.transforms.events.sampling import exact_keep_count
 
 
-def render_label_summary(manifest: dict) -> str:
+def render_summary(manifest: dict) -> str:
     stats = manifest["stats"]["label_sampling"]
     acc = manifest["stats"]["accounting"]
     achieved = "n/a" if stats["achieved_ratio"] is None else f"{stats['achieved_ratio']:.4f}"

@@ -40,6 +40,7 @@ def sampling_params(config):
 
 class Lc0Kind(JobKind):
     name = "lc0"
+    package = "shardmill.transforms.lc0"
     config_field = "lc0"
     record_format = "lc0"
     description = "sample lc0 chunk files (.gz games, .tar archives) into shuffled training records"
@@ -88,16 +89,6 @@ class Lc0Kind(JobKind):
 
     def describe(self, manifest):
         return f"lc0 V{manifest['record_version']}"
-
-    def render_summary(self, manifest):
-        from shardmill.transforms.lc0.summary import render_lc0_summary
-
-        return render_lc0_summary(manifest)
-
-    def plot(self, manifest, path):
-        from shardmill.transforms.lc0.plots import plot_sampling
-
-        plot_sampling(manifest, path)
 
     def count(self, config, args, options):
         from shardmill.transforms.lc0.count import run_count

@@ -5,7 +5,7 @@ from __future__ import annotations
 from shardmill.transforms.common.plotting import pyplot
 
 
-def plot_sampling(manifest: dict, path: str) -> None:
+def plot(manifest: dict, path: str) -> None:
     """Draws the use-count histogram and acceptance vs game length to a PNG file."""
     plt = pyplot()
     sampling = manifest["stats"]["sampling"]

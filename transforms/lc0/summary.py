@@ -34,7 +34,7 @@ def accounting(plan_stats: dict, load_stats: list[dict], dead_letters: list[dict
     return acc
 
 
-def render_lc0_summary(manifest: dict) -> str:
+def render_summary(manifest: dict) -> str:
     acc = manifest["stats"]["accounting"]
     sampling = manifest["stats"]["sampling"]
     timings = manifest["stats"].get("timings", {})

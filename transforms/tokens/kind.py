@@ -9,6 +9,7 @@ from shardmill.transforms.job import JobKind
 
 class TokensKind(JobKind):
     name = "tokens"
+    package = "shardmill.transforms.tokens"
     config_field = "token_dataset"
     record_format = "megatron_gpt_samples"
     description = "pack Megatron .idx/.bin token corpora (splits, blends) into GPT samples"
@@ -70,16 +71,6 @@ class TokensKind(JobKind):
     def describe(self, manifest):
         return (f"Megatron GPT samples of {manifest['seq_length']} tokens ({manifest['dtype']}, "
                 f"{manifest['split']} split{', blended' if manifest.get('blended') else ''})")
-
-    def render_summary(self, manifest):
-        from shardmill.transforms.tokens.summary import render_token_summary
-
-        return render_token_summary(manifest)
-
-    def plot(self, manifest, path):
-        from shardmill.transforms.tokens.plots import plot_token_samples
-
-        plot_token_samples(manifest, path)
 
 
 KIND = TokensKind()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from shardmill.transforms.common.plotting import pyplot
 
 
-def plot_token_samples(manifest: dict, path: str) -> None:
+def plot(manifest: dict, path: str) -> None:
     """Per corpus: its share of the samples against its blend weight, and the epochs its samples span."""
     plt = pyplot()
     stats = manifest["stats"]["token_dataset"]

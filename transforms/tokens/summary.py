@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-def render_token_summary(manifest: dict) -> str:
+def render_summary(manifest: dict) -> str:
     stats = manifest["stats"]["token_dataset"]
     return "\n".join([
         f"megatron samples {stats['num_samples']:,} of {stats['seq_length']} tokens "
