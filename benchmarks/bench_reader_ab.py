@@ -7,7 +7,10 @@ fresh process reading the same shards (rank 0 of 2, shuffled, 256-row
 batches, best of 3 passes); the figure that matters is the median of the
 per-round ratios B/A, which the machine's noise affects far less than two
 separate runs. Datasets: 8356 B frames of id-derived bytes (decode is mostly
-copying) and real V6 records (decode-bound), windows of 1 and 8 row groups.
+copying) and real V6 records (decode-bound), windows of 1 and 8 row groups;
+and the V6 records with lc0 tensors (loader, float16 planes) converted on the
+decode threads. Builds of either reader API (option objects or the flat
+keyword arguments before them) are driven the way each takes them.
 
     cp -r .venv/lib/python3.11/site-packages/shardmill /tmp/before/   # before the change
     python benchmarks/bench_reader_ab.py --a-path /tmp/before [--rounds 6]
@@ -35,12 +38,16 @@ READ_ONE = """
 import json, sys, time
 from shardmill import native_ext
 from shardmill.native_ext import ShardReader
-directory, window = sys.argv[1], int(sys.argv[2])
+directory, window, lc0 = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 if hasattr(native_ext, "OrderOptions"):
     settings = dict(order_options=native_ext.OrderOptions(seed=1, window_row_groups=window),
                     shard_options=native_ext.ShardOptions(0, 2))
+    if lc0:
+        settings["converter"] = native_ext.Lc0Tensors(lc0, planes="float16")
 else:
     settings = dict(shard_index=0, shard_count=2, seed=1, window_row_groups=window)
+    if lc0:
+        settings.update(lc0_tensors=lc0, planes="float16")
 rates = []
 for _ in range(3):
     start, rows = time.perf_counter(), 0
@@ -52,13 +59,13 @@ print(json.dumps(max(rates)))
 """
 
 
-def rows_per_s(python_path: str | None, directory: str, window: int) -> float:
+def rows_per_s(python_path: str | None, directory: str, window: int, lc0: str = "") -> float:
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     if python_path:
         env["PYTHONPATH"] = python_path
     else:
         env.pop("PYTHONPATH", None)
-    out = subprocess.run([sys.executable, "-c", READ_ONE, directory, str(window)], env=env, check=True,
+    out = subprocess.run([sys.executable, "-c", READ_ONE, directory, str(window), lc0], env=env, check=True,
                          capture_output=True, text=True, cwd=tempfile.gettempdir())
     return float(out.stdout.strip())
 
@@ -76,20 +83,21 @@ def main() -> None:
         write_output(os.path.join(work, name), [60_000] * 4, row_group_rows=501, width=8356, frames=frames,
                      nullable=False)
     report = {}
-    for name in datasets:
-        for window in (1, 8):
-            pairs = []
-            for _ in range(args.rounds):
-                a = rows_per_s(args.a_path, os.path.join(work, name), window)
-                b = rows_per_s(args.b_path, os.path.join(work, name), window)
-                pairs.append((a, b))
-            ratios = [b / a for a, b in pairs]
-            report[f"{name}_window{window}"] = {
-                "a_rows_per_s_median": round(statistics.median(a for a, _ in pairs)),
-                "b_rows_per_s_median": round(statistics.median(b for _, b in pairs)),
-                "b_over_a_per_round": [round(r, 3) for r in ratios],
-                "b_over_a_median": round(statistics.median(ratios), 3),
-            }
+    cases = [(name, window, "") for name in datasets for window in (1, 8)]
+    cases.append(("v6_records_8356B", 8, "loader"))  # with lc0 tensors (float16 planes) on the decode threads
+    for name, window, lc0 in cases:
+        pairs = []
+        for _ in range(args.rounds):
+            a = rows_per_s(args.a_path, os.path.join(work, name), window, lc0)
+            b = rows_per_s(args.b_path, os.path.join(work, name), window, lc0)
+            pairs.append((a, b))
+        ratios = [b / a for a, b in pairs]
+        report[f"{name}_window{window}" + (f"_lc0_{lc0}" if lc0 else "")] = {
+            "a_rows_per_s_median": round(statistics.median(a for a, _ in pairs)),
+            "b_rows_per_s_median": round(statistics.median(b for _, b in pairs)),
+            "b_over_a_per_round": [round(r, 3) for r in ratios],
+            "b_over_a_median": round(statistics.median(ratios), 3),
+        }
     print(json.dumps(report, indent=1))
 
 
