@@ -38,7 +38,7 @@ logging.getLogger().addFilter(_drop_beam_optional_dependency_noise)
 # Beam and the job code are imported inside the commands, after main() has taken over SIGINT and
 # SIGTERM: importing Beam takes a second or two, and a Ctrl-C then must end as cleanly as later.
 
-EXIT_OK, EXIT_ERROR_BUDGET, EXIT_BAD_INVOCATION, EXIT_FAILED = 0, 1, 2, 3
+EXIT_OK, EXIT_ERROR_BUDGET, EXIT_BAD_INVOCATION, EXIT_FAILED, EXIT_COMMITTED_WITH_ERROR = 0, 1, 2, 3, 4
 
 
 class UsageError(ValueError):
@@ -152,14 +152,20 @@ def _run(args, beam_args) -> int:
     started = time.monotonic()
     print(f"shardmill run: {kind.name} job, {len(inputs)} input pattern(s) -> {config.output.path}", flush=True)
     counters: dict[str, int] = {}
+    report: dict[str, str] = {}
     try:
         manifest = run_lib.run_job(config, inputs, config.output.path, PipelineOptions(beam_args),
-                                   break_claim=args.break_claim, counters=counters)
+                                   break_claim=args.break_claim, counters=counters, report=report)
     except run_lib.ErrorBudgetExceeded as err:
         print(kind.render_summary(err.manifest))
         print(f"shardmill run: error: {err}", file=sys.stderr)
         return EXIT_ERROR_BUDGET
-    print(kind.render_summary(manifest))
+    except run_lib.lifecycle.CommittedWithError as err:
+        print(report.get("summary", ""))
+        print(f"shardmill run: error: {err}", file=sys.stderr)
+        return EXIT_COMMITTED_WITH_ERROR
+    # The commit is done: only printing is left, from the summary rendered before it.
+    print(report["summary"])
     if counters:
         print("counters  " + ", ".join(f"{name} {value:,}" for name, value in counters.items()))
     print(f"shardmill run: committed generation {manifest['generation']} to {config.output.path} "
@@ -308,7 +314,8 @@ def _missing_job_dependency(err: BaseException) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit codes: 0 ok, 1 error budget exceeded, 2 bad invocation/config/input/output, 3 failed run."""
+    """Exit codes: 0 ok, 1 error budget exceeded, 2 bad invocation/config/input/output, 3 failed run (nothing
+    committed), 4 the new generation was committed but a step after the commit point failed."""
     from shardmill.transforms.output.contract import shardmill_version
 
     parser = argparse.ArgumentParser(prog="shardmill", description=__doc__.format(kinds=_kinds_text("\n")),

@@ -30,7 +30,7 @@ from shardmill.pipelines.jobs import job_kind
 from shardmill.pipelines.runner import counter_values, is_local_run, local_runner, make_pipeline
 from shardmill.transforms.common.filesystem import is_local
 from shardmill.transforms.common.progress import ProgressPrinter
-from shardmill.transforms.output import lifecycle as lifecycle
+from shardmill.transforms.output import lifecycle
 from shardmill.transforms.output.claim import OutputClaim
 from shardmill.transforms.output.lifecycle import OutputExistsError, RunPaths  # noqa: F401  (re-exported)
 from shardmill.transforms.output.sharded_output import WriteShardedOutput
@@ -127,15 +127,21 @@ def _cannot_write(output_dir: str, err: OSError) -> lifecycle.OutputPathError:
 
 
 def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: PipelineOptions, *,
-            break_claim: bool = False, run_id: str | None = None, counters: dict | None = None) -> dict:
+            break_claim: bool = False, run_id: str | None = None, counters: dict | None = None,
+            report: dict | None = None) -> dict:
     """Runs the job into output_dir and returns the manifest it committed.
 
     A local run logs a progress line per stage while it runs; `counters`, if
-    given, receives shardmill's Beam counters of the finished pipeline.
+    given, receives shardmill's Beam counters of the finished pipeline;
+    `report`, if given, the run's summary text ("summary"), rendered from the
+    prepared manifest before the commit point, so that nothing after the
+    commit depends on it.
 
     Raises OutputPathError / OutputExistsError / ClaimHeldError before any
-    work, ErrorBudgetExceeded after the run (nothing committed), and lets
-    every other failure propagate after cleaning up.
+    work, ErrorBudgetExceeded after the run (nothing committed),
+    CommittedWithError for a failure after the commit point (the new
+    generation stands), and lets every other failure propagate after
+    cleaning up (nothing committed).
     """
     lifecycle.check_output_path(output_dir, list(config.input))
     plan = job_kind(config).plan(config, inputs)
@@ -178,16 +184,23 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
             with signals_deferred():
                 report = lifecycle.reject(paths)
             raise ErrorBudgetExceeded(manifest, report, config.max_error_fraction)
+        summary = job_kind(config).render_summary(manifest)  # a failure here commits nothing
+        if report is not None:
+            report["summary"] = summary
         with signals_deferred(reraise=False):
             claim.check_held()
-            return lifecycle.commit(paths, committed)
+            manifest = lifecycle.commit(paths, committed)
     except BaseException:
         if paths is not None:
             with signals_deferred():
                 lifecycle.discard(paths)
-        raise
-    finally:
         claim.release()
+        raise
+    try:
+        claim.release()
+    except Exception as err:
+        raise lifecycle.CommittedWithError(output_dir, paths.generation, err) from err
+    return manifest
 
 
 def dry_run(config: JobConfig, options: PipelineOptions, graph_depth: int = 2) -> str:

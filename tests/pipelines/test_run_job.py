@@ -8,6 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from shardmill.native_ext import load_manifest
 from shardmill.pipelines import cli
 from shardmill.pipelines.config import parse_config, validate
 from shardmill.pipelines.run_job import OutputExistsError, run_job
@@ -236,3 +237,42 @@ def test_cli_run_over_the_error_budget_exits_1_commits_nothing_and_keeps_its_rep
 def test_inspect_refuses_a_directory_without_manifest(tmp_path, capsys):
     assert cli.main(["inspect", str(tmp_path)]) == 2
     assert "no _manifest.json" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_failure_after_the_commit_point_says_the_generation_was_committed(lc0_dataset, tmp_path, capsys,
+                                                                              monkeypatch):
+    from shardmill.transforms.output import claim as claim_module
+    from shardmill.transforms.output.contract import MANIFEST_NAME
+
+    directory, _ = lc0_dataset
+    config = tmp_path / "job.textproto"
+    config.write_text(f'input: "{directory}"\nmax_error_fraction: 0.5\nlc0 {{ chunk_pool {{ position_count: 1 }} }}\n')
+    out = tmp_path / "out"
+    released = claim_module.OutputClaim.release
+
+    def release_fails(self):
+        released(self)
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(claim_module.OutputClaim, "release", release_fails)
+    assert cli.main(["run", "--config", str(config), "--output", str(out)]) == 4
+    captured = capsys.readouterr()
+    assert f"generation 1 was committed to {out}; after the commit point: OSError" in captured.err
+    assert "records out" in captured.out  # the summary, rendered before the commit
+    assert (out / MANIFEST_NAME).exists() and load_manifest(str(out))["generation"] == 1
+
+
+@pytest.mark.slow
+def test_a_summary_that_cannot_be_rendered_fails_the_run_before_the_commit(lc0_dataset, tmp_path, capsys,
+                                                                           monkeypatch):
+    from shardmill.transforms.lc0 import summary
+
+    directory, _ = lc0_dataset
+    config = tmp_path / "job.textproto"
+    config.write_text(f'input: "{directory}"\nmax_error_fraction: 0.5\nlc0 {{ chunk_pool {{ position_count: 1 }} }}\n')
+    out = tmp_path / "out"
+    monkeypatch.setattr(summary, "render_summary", lambda manifest: manifest["no such field"])
+    assert cli.main(["run", "--config", str(config), "--output", str(out)]) == 3
+    assert "KeyError" in capsys.readouterr().err
+    assert not os.path.exists(out / "_manifest.json") and [p for p in os.listdir(out) if not p.startswith(".")] == []

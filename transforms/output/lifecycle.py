@@ -280,8 +280,22 @@ def _move(base: str, sources: list[str], destinations: list[str]) -> None:
     FileSystems.rename([f"{base}/{s}" for s in sources], [f"{base}/{d}" for d in destinations])
 
 
+class CommittedWithError(RuntimeError):
+    """The new generation is the output (its manifest is in place); a step after the commit point failed."""
+
+    def __init__(self, output_dir: str, generation: int, cause: BaseException):
+        super().__init__(f"generation {generation} was committed to {output_dir}; after the commit point: "
+                         f"{type(cause).__name__}: {cause}")
+        self.generation = generation
+
+
 def commit(paths: RunPaths, previous: Committed | None) -> dict:
-    """Makes the staged generation the directory's output; returns its manifest (see module doc)."""
+    """Makes the staged generation the directory's output; returns its manifest (see module doc).
+
+    A failure before the manifest is replaced leaves the previous output; one after it (deleting the
+    previous generation's files) is a CommittedWithError: the new output stands, a leftover goes with
+    the next run.
+    """
     base = paths.base
     manifest = read_prepared_manifest(paths)
     staging = paths.staging[len(base) + 1:]
@@ -291,12 +305,15 @@ def commit(paths: RunPaths, previous: Committed | None) -> dict:
               and not rel.endswith("/")]
     _move(base, [f"{staging}/{rel}" for rel in staged], staged)
     write_bytes_atomically(f"{base}/{MANIFEST_NAME}", json.dumps(manifest, indent=1, sort_keys=True).encode())
-    if previous is not None:
-        old = previous.files - {MANIFEST_NAME}
-        if previous.generation != paths.generation:
-            old.add(generation_dir_name(previous.generation))
-        _delete(base, sorted(old))
-    _delete(base, [staging, REJECTED_DIR_NAME])
+    try:
+        if previous is not None:
+            old = previous.files - {MANIFEST_NAME}
+            if previous.generation != paths.generation:
+                old.add(generation_dir_name(previous.generation))
+            _delete(base, sorted(old))
+        _delete(base, [staging, REJECTED_DIR_NAME])
+    except Exception as err:
+        raise CommittedWithError(base, paths.generation, err) from err
     return manifest
 
 

@@ -96,3 +96,17 @@ def test_corrupt_index_fails_the_job_with_a_clear_error(tmp_path, capsys):
     config.write_text(f'token_dataset {{ path_prefix: "{tmp_path / "bad"}" seq_length: 16 }}\n')
     assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / "o")]) == 2
     assert "bad.idx: bad magic" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_blended_run_exits_0_and_inspect_reads_it(corpus, tmp_path, capsys):
+    prefix, _ = corpus
+    config = tmp_path / "blend.textproto"
+    config.write_text(f'token_dataset {{ blend {{ path_prefix: "{prefix}" weight: 0.5 }} '
+                      f'blend {{ path_prefix: "{prefix}" weight: 0.5 }} seq_length: 128 num_samples: 100 }}\n')
+    out = str(tmp_path / "o")
+    assert cli.main(["run", "--config", str(config), "--output", out]) == 0, capsys.readouterr().err
+    printed = capsys.readouterr().out
+    assert "a blend of 2 corpora" in printed and "committed generation 1" in printed
+    assert cli.main(["inspect", out]) == 0, capsys.readouterr().err
+    assert "weight 0.5" in capsys.readouterr().out
