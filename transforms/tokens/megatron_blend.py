@@ -43,8 +43,19 @@ def normalize(weights: list[float]) -> list[float]:
     return (w / np.sum(w)).tolist()
 
 
+# One to three non-negative decimal numbers separated by commas, slashes or spaces (Megatron's --split).
+_SPLIT_STRING = re.compile(r"\s*(\d+\.?\d*|\.\d+)((\s*[,/]\s*|\s+)(\d+\.?\d*|\.\d+)){0,2}\s*")
+
+
 def parse_split(split: str) -> list[float]:
-    """`"969,30,1"` → [0.969, 0.03, 0.001] (Megatron's parse_and_normalize_split)."""
+    """`"969,30,1"` → [0.969, 0.03, 0.001] (Megatron's parse_and_normalize_split).
+
+    Megatron pulls every run of digits and dots out of the string, so `"-1,2"` reads as 1, 2 and `"nan,1"`
+    as 1: a string that is not numbers and separators is refused instead.
+    """
+    if not _SPLIT_STRING.fullmatch(split):
+        raise SplitError(f"split {split!r}: one to three non-negative numbers separated by commas or spaces "
+                         "(train, valid, test), e.g. \"969,30,1\"")
     values = [float(v) for v in re.findall(r"[.0-9]+", split)]
     if len(values) > len(SPLITS) or not values:
         raise SplitError(f"split {split!r}: one to three non-negative numbers (train, valid, test)")

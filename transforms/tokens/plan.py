@@ -106,6 +106,26 @@ def _check_blend_fits(blend, corpora: list[_Corpus]) -> None:
                              f"{have} ({len(corpus.documents)} sequences, {corpus.tokens_per_epoch} tokens)")
 
 
+# The launcher holds a corpus's indices in memory: refuse sizes whose indices would not fit in this much.
+MAX_INDEX_BYTES = 16 << 30
+
+
+def check_index_size(prefix: str, num_samples: int | None, seq_length: int, split_tokens: int,
+                     documents: int) -> None:
+    """InputError, before any index is built, for a requested size whose indices would exceed MAX_INDEX_BYTES.
+
+    Per epoch the document index holds the split's documents (int32); the sample index two int32 per
+    sample, the shuffle index one int64 per sample.
+    """
+    samples_per_epoch = max(1, split_tokens // seq_length)
+    epochs = 1 if not num_samples else -(-num_samples * seq_length // split_tokens) + 1
+    index_bytes = epochs * documents * 4 + (epochs * samples_per_epoch + 1) * 16
+    if index_bytes > MAX_INDEX_BYTES:
+        raise InputError(f"{prefix}: {num_samples:,} samples of {seq_length} tokens take {epochs:,} epochs of the "
+                         f"split's {split_tokens:,} tokens, indices of {index_bytes / 2**30:,.0f} GiB (at most "
+                         f"{MAX_INDEX_BYTES / 2**30:g} GiB): ask for fewer token_dataset.num_samples")
+
+
 def split_name(use_split: int) -> str:
     """TRAIN, VALID or TEST."""
     from shardmill.proto import shardmill_config_pb2 as config_pb2
@@ -135,9 +155,15 @@ def plan_tokens(config) -> TokenPlan:
         kept = kept_sequences(dataset.sequence_lengths, cfg.hanse_sampling_threshold, cfg.hanse_sampling_gamma,
                               config.seed, k if blended else None)
         documents = kept[(kept >= begin) & (kept < end)]
-        if not dataset.sequence_lengths[documents].any():
+        split_tokens = int(dataset.sequence_lengths[documents].astype(np.int64).sum())
+        if not split_tokens:
             raise InputError(f"{prefix}: the {split_name(cfg.use_split)} split (sequences {begin}..{end - 1} "
                              f"of {dataset.num_sequences}) holds no tokens to sample")
+        if cfg.seq_length + int(cfg.add_extra_token) > split_tokens:
+            raise InputError(f"{prefix}: token_dataset.seq_length {cfg.seq_length} needs more tokens than the "
+                             f"{split_name(cfg.use_split)} split holds ({split_tokens:,})")
+        check_index_size(prefix, requested if blend is None else blend.corpus_samples[k], cfg.seq_length,
+                         split_tokens, len(documents))
         num_samples = blend.corpus_samples[k] if blend else requested
         indices = build_gpt_indices(dataset.sequence_lengths, cfg.seq_length, num_samples, seed,
                                     cfg.add_extra_token, documents)

@@ -7,6 +7,7 @@ skipped when it is absent.
 """
 
 import os
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -18,11 +19,12 @@ from shardmill.native_ext.kernels import build_blending_indices, copy_runs
 from shardmill.pipelines import cli
 from shardmill.pipelines.config import ConfigError, parse_config, validate
 from shardmill.pipelines.run_job import run_job
-from shardmill.transforms.tokens.megatron_blend import (MID_LEVEL_DATASET_SURPLUS, parse_split, plan_blend,
+from shardmill.transforms.tokens.megatron_blend import (MID_LEVEL_DATASET_SURPLUS, SplitError, parse_split, plan_blend,
                                                         split_matrix, split_range)
 from shardmill.transforms.tokens.megatron_index import (IndexedDatasetError, build_gpt_indices, parse_index,
                                                         sample_byte_runs, sample_tokens)
 from shardmill.transforms.tokens.plan import INDICES_NAME, read_dataset
+from tests.datagen.megatron import write_indexed_dataset
 from tests.support import reference_megatron as ref
 from tests.support.paths import SHARED_FIXTURES
 from tests.transforms.tokens.test_megatron_index import megatron_indices
@@ -253,3 +255,28 @@ def test_a_split_that_rounds_to_no_sequences_is_one_line_and_exit_2(tmp_path, ca
     assert cli.main(["run", "--config", str(config)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "the VALID split (sequences 1000..999 of 1000) holds no tokens" in err
+
+
+@pytest.mark.parametrize("split", ["-1,2", "nan,1", "1,,2", "1;2", "a", "1,2,3,4", "", "1e3,1"])
+def test_a_malformed_split_string_is_refused_not_read_as_its_digits(split):
+    with pytest.raises(SplitError, match="one to three non-negative numbers"):
+        parse_split(split)
+
+
+@pytest.mark.parametrize("split, shares", [("969,30,1", [0.969, 0.03, 0.001]), (" 98 / 2 ", [0.98, 0.02, 0.0]),
+                                           ("1", [1.0, 0.0, 0.0]), (".5,0.5", [0.5, 0.5, 0.0])])
+def test_well_formed_split_strings_read_as_megatron_reads_them(split, shares):
+    assert parse_split(split) == pytest.approx(shares)
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("seq_length: 1000000000", "needs more tokens than the TRAIN split holds"),
+    ("seq_length: 16 num_samples: 1000000000000", "indices of .* GiB \\(at most 16 GiB\\): ask for fewer"),
+])
+def test_absurd_sizes_are_refused_before_any_index_is_built(tmp_path, capsys, extra, message):
+    write_indexed_dataset(str(tmp_path / "corpus"), [np.arange(50, dtype=np.uint16)] * 20, np.uint16)
+    config = tmp_path / "job.textproto"
+    config.write_text(f'token_dataset {{ path_prefix: "{tmp_path / "corpus"}" {extra} }}\n'
+                      f'output {{ path: "{tmp_path / "out"}" }}\n')
+    assert cli.main(["run", "--config", str(config), "--dry-run"]) == 2
+    assert re.search(message, capsys.readouterr().err)
