@@ -239,16 +239,20 @@ def test_inspect_refuses_a_directory_without_manifest(tmp_path, capsys):
     assert "no _manifest.json" in capsys.readouterr().err
 
 
+def one_position_job(lc0_dataset, tmp_path):
+    """A config taking one position per game of the dataset, and the output it names."""
+    config = tmp_path / "job.textproto"
+    config.write_text(f'input: "{lc0_dataset[0]}"\nmax_error_fraction: 0.5\nlc0 {{ chunk_pool {{ position_count: 1 }} }}\n')
+    return config, tmp_path / "out"
+
+
 @pytest.mark.slow
 def test_a_failure_after_the_commit_point_says_the_generation_was_committed(lc0_dataset, tmp_path, capsys,
                                                                               monkeypatch):
     from shardmill.transforms.output import claim as claim_module
     from shardmill.transforms.output.contract import MANIFEST_NAME
 
-    directory, _ = lc0_dataset
-    config = tmp_path / "job.textproto"
-    config.write_text(f'input: "{directory}"\nmax_error_fraction: 0.5\nlc0 {{ chunk_pool {{ position_count: 1 }} }}\n')
-    out = tmp_path / "out"
+    config, out = one_position_job(lc0_dataset, tmp_path)
     released = claim_module.OutputClaim.release
 
     def release_fails(self):
@@ -268,10 +272,7 @@ def test_a_summary_that_cannot_be_rendered_fails_the_run_before_the_commit(lc0_d
                                                                            monkeypatch):
     from shardmill.transforms.lc0 import summary
 
-    directory, _ = lc0_dataset
-    config = tmp_path / "job.textproto"
-    config.write_text(f'input: "{directory}"\nmax_error_fraction: 0.5\nlc0 {{ chunk_pool {{ position_count: 1 }} }}\n')
-    out = tmp_path / "out"
+    config, out = one_position_job(lc0_dataset, tmp_path)
     monkeypatch.setattr(summary, "render_summary", lambda manifest: manifest["no such field"])
     assert cli.main(["run", "--config", str(config), "--output", str(out)]) == 3
     assert "KeyError" in capsys.readouterr().err
