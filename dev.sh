@@ -25,7 +25,8 @@ need_googletest() {  # the C++ unit tests' framework: Debian's libgtest-dev (a f
   echo "installing GoogleTest (libgtest-dev) for the C++ unit tests..." >&2
   local sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"
-  { $sudo apt-get update -qq && $sudo apt-get install -y -qq libgtest-dev; } > build/apt.log 2>&1 \
+  { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq libgtest-dev; } \
+    > build/apt.log 2>&1 \
     || { cat build/apt.log >&2; echo "could not install libgtest-dev: install GoogleTest, then rerun" >&2; return 1; }
 }
 
