@@ -144,7 +144,8 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
     cleaning up (nothing committed).
     """
     lifecycle.check_output_path(output_dir, list(config.input))
-    plan = job_kind(config).plan(config, inputs)
+    kind = job_kind(config)
+    plan = kind.plan(config, inputs)
     claim = OutputClaim(output_dir, run_id or new_run_id())
     try:
         notes = claim.acquire(break_claim)
@@ -184,7 +185,7 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
             with signals_deferred():
                 report = lifecycle.reject(paths)
             raise ErrorBudgetExceeded(manifest, report, config.max_error_fraction)
-        summary = job_kind(config).render_summary(manifest)  # a failure here commits nothing
+        summary = kind.render_summary(manifest)  # a failure here commits nothing
         if report is not None:
             report["summary"] = summary
         with signals_deferred(reraise=False):

@@ -167,7 +167,7 @@ def plan_tokens(config) -> TokenPlan:
         num_samples = blend.corpus_samples[k] if blend else requested
         indices = build_gpt_indices(dataset.sequence_lengths, cfg.seq_length, num_samples, seed,
                                     cfg.add_extra_token, documents)
-        tokens_per_epoch = int(dataset.sequence_lengths[documents].astype(np.int64).sum())
+        tokens_per_epoch = split_tokens
         corpora.append(_Corpus(prefix, dataset, (begin, end), documents, indices, tokens_per_epoch))
     if blend is not None:
         _check_blend_fits(blend, corpora)
