@@ -5,7 +5,7 @@
 Index build: build_gpt_indices (Megatron's document, sample and shuffle
 indices) for 10^5 ... 10^8 sequences of 1-512 tokens, sequence length 2048,
 two epochs' worth of samples; seconds and sequences/s. Blend build:
-plan_blend (Megatron's sizes and blending index) over 3 and 30 corpora for
+plan_weighted_blend (Megatron's sizes and blending index) over 3 and 30 corpora for
 10^6 ... 10^8 samples. Sample reading, paired in one process on the same
 samples: sample by sample (a Python range read per document piece, the way
 object stores are still read) against the runs of the mapped `.bin`
@@ -34,7 +34,7 @@ from shardmill.native_ext.kernels import copy_runs  # noqa: E402
 from shardmill.pipelines.config import parse_config, validate  # noqa: E402
 from shardmill.pipelines.run_job import run_job  # noqa: E402
 from shardmill.transforms.tokens import job as token_job  # noqa: E402
-from shardmill.transforms.tokens.megatron_blend import plan_blend  # noqa: E402
+from shardmill.transforms.tokens.megatron_blend import plan_weighted_blend  # noqa: E402
 from shardmill.transforms.tokens.megatron_index import build_gpt_indices, sample_byte_runs, sample_tokens  # noqa: E402
 from shardmill.transforms.tokens.plan import read_dataset  # noqa: E402
 from tests.datagen.megatron import write_indexed_dataset  # noqa: E402
@@ -63,7 +63,7 @@ def blend_build(max_samples: int) -> list[dict]:
         n = 1_000_000
         while n <= max_samples:
             start = time.perf_counter()
-            plan = plan_blend(weights, n)
+            plan = plan_weighted_blend(weights, n)
             seconds = time.perf_counter() - start
             rows.append({"corpora": corpora, "samples": plan.size, "seconds": round(seconds, 3),
                          "samples_per_s": round(plan.size / seconds)})

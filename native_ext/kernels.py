@@ -5,14 +5,15 @@ raises NativeError (or ValueError for bad arguments), never aborts.
 
 - scatter_chunk_records: one lc0 chunk inflated, checked, its planned records copied to their rows;
 - sample_labels, reservoir_sample: one-pass label sampling of a partition (Algorithm L reservoirs);
-- build_blending_indices: Megatron's BlendedDataset indices for normalised weights;
+- build_blending_indices, build_exhaustive_blending_indices: Megatron's BlendedDataset indices (by
+  normalised weights for a size; every sample of each dataset once);
 - copy_runs: byte runs of a mapped token file copied back to back (Megatron samples);
 - lc0_tensors: lc0 records in memory to training tensors (the reader converts on its own threads).
 """
 
-from shardmill.native_ext._kernels import (build_blending_indices, copy_runs, lc0_tensors, reservoir_sample,
-                                           sample_labels, scatter_chunk_records)
+from shardmill.native_ext._kernels import (build_blending_indices, build_exhaustive_blending_indices, copy_runs,
+                                           lc0_tensors, reservoir_sample, sample_labels, scatter_chunk_records)
 from shardmill.native_ext._native import NativeError
 
-__all__ = ["NativeError", "build_blending_indices", "copy_runs", "lc0_tensors", "reservoir_sample", "sample_labels",
-           "scatter_chunk_records"]
+__all__ = ["NativeError", "build_blending_indices", "build_exhaustive_blending_indices", "copy_runs", "lc0_tensors",
+           "reservoir_sample", "sample_labels", "scatter_chunk_records"]

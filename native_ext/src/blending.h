@@ -15,4 +15,11 @@ namespace shardmill {
 void BuildBlendingIndices(const double* weights, int32_t num_datasets, int64_t size, int16_t* dataset_index,
                           int64_t* dataset_sample_index);
 
+// Megatron's exhaustive blending (helpers.cpp build_exhaustive_blending_indices,
+// a blend without weights or size): exactly sizes[d] samples of each dataset,
+// sum(sizes) in all, interleaved by the same greedy rule over the weights
+// sizes[d] / sum(sizes) among the datasets not yet spent. Every sizes[d] > 0.
+void BuildExhaustiveBlendingIndices(const int64_t* sizes, int32_t num_datasets, int16_t* dataset_index,
+                                    int64_t* dataset_sample_index);
+
 }  // namespace shardmill

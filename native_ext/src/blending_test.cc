@@ -30,4 +30,21 @@ TEST(Blending, IndicesFollowTheWeightsGreedily) {
   EXPECT_TRUE((tie_index == std::vector<int16_t>{0, 1, 0, 1}));
 }
 
+// Exhaustive blending takes every sample of every dataset exactly once, in
+// each dataset's order, and keeps interleaving the rest once one is spent.
+TEST(Blending, ExhaustiveIndicesTakeEverySampleOnce) {
+  const std::vector<int64_t> sizes = {5, 1, 3};
+  std::vector<int16_t> index(9);
+  std::vector<int64_t> sample(9);
+  shardmill::BuildExhaustiveBlendingIndices(sizes.data(), 3, index.data(), sample.data());
+  std::vector<int64_t> taken(3, 0);
+  for (size_t i = 0; i < index.size(); ++i) {
+    EXPECT_TRUE(sample[i] == taken[static_cast<size_t>(index[i])]);
+    ++taken[static_cast<size_t>(index[i])];
+  }
+  EXPECT_TRUE(taken == sizes);
+  // What Megatron's helpers.cpp gives for sizes 5, 1, 3.
+  EXPECT_TRUE((index == std::vector<int16_t>{0, 2, 1, 0, 2, 0, 0, 2, 0}));
+}
+
 }  // namespace

@@ -32,12 +32,25 @@ _CACHE: dict[str, tuple] = {}  # per worker process: indices file -> (datasets, 
 
 
 def _tokens(bin_path: str, dataset: IndexedDataset, indices: GPTIndices, samples: np.ndarray, seq_length: int,
-            add_extra: bool) -> np.ndarray:
-    """The tokens of unshuffled samples `samples` (n, seq_length + extra), in the corpus' dtype.
+            add_extra: bool, pad_token: int | None = None, out_dtype=None) -> np.ndarray:
+    """The tokens of unshuffled samples `samples` (n, seq_length + extra), in out_dtype (default the corpus').
 
     Local `.bin` files are mapped and their runs copied natively, a batch of
-    samples at a time; object stores are read sample by sample."""
+    samples at a time; object stores are read sample by sample. With a
+    pad_token, the corpus's last sample may be partial (Megatron's
+    validation split keeping it): it is read alone and padded as Megatron pads it."""
     width = seq_length + int(add_extra)
+    if pad_token is not None:
+        partial = samples == len(indices.sample_index) - 2
+        if partial.any():
+            out = np.empty((len(samples), width), dtype=out_dtype or dataset.dtype)
+            whole = np.flatnonzero(~partial)
+            out[whole] = _tokens(bin_path, dataset, indices, samples[whole], seq_length, add_extra)
+            with FileSystems.open(bin_path, compression_type=CompressionTypes.UNCOMPRESSED) as bin_file:
+                tail = sample_tokens(bin_file, dataset, indices, int(samples[partial][0]), add_extra)
+            out[np.flatnonzero(partial)] = np.concatenate(
+                [tail.astype(out.dtype), np.full(width - len(tail), pad_token, dtype=out.dtype)])
+            return out
     out = np.empty((len(samples), width), dtype=dataset.dtype)
     if is_local(bin_path) and "://" not in bin_path and len(samples):
         data = np.memmap(bin_path, dtype=np.uint8, mode="r")
@@ -66,10 +79,9 @@ def _load(indices_path: str, prefixes: list[str], blended: bool):
     return _CACHE[indices_path]
 
 
-def _materialize(task, indices_path, prefixes, blended, seq_length, add_extra, tokens_per_epoch, out_dtype, paths):
-    """Positions [start, end) of the split's sample stream → one spilled batch for the task's shard."""
-    shard, start, end = task
-    paths.check_live()
+def sample_batch(start: int, end: int, indices_path: str, prefixes: list[str], blended: bool, seq_length: int,
+                 add_extra: bool, tokens_per_epoch: list[int], out_dtype: str, pad_token: int | None) -> pa.RecordBatch:
+    """Positions [start, end) of the split's sample stream, as the rows of a token shard."""
     datasets, indices, blend = _load(indices_path, prefixes, blended)
     positions = np.arange(start, end, dtype=np.int64)
     if blend is None:
@@ -84,10 +96,11 @@ def _materialize(task, indices_path, prefixes, blended, seq_length, add_extra, t
     for k in np.unique(corpus_of):
         rows = np.flatnonzero(corpus_of == k)
         corpus_samples = indices[k].shuffle_index[corpus_position[rows]].astype(np.int64)
-        tokens[rows] = _tokens(prefixes[k] + ".bin", datasets[k], indices[k], corpus_samples, seq_length, add_extra)
+        tokens[rows] = _tokens(prefixes[k] + ".bin", datasets[k], indices[k], corpus_samples, seq_length, add_extra,
+                               pad_token, out_dtype)
         samples[rows] = corpus_samples
         epochs[rows] = corpus_samples * seq_length // max(tokens_per_epoch[k], 1)
-    frames = tokens.view(np.uint8).reshape(len(positions), -1)
+    frames = tokens.view(np.uint8).reshape(len(positions), width * tokens.dtype.itemsize)
     columns = {
         "tokens": pa.FixedSizeBinaryArray.from_buffers(pa.binary(frames.shape[1]), len(positions),
                                                        [None, pa.py_buffer(np.ascontiguousarray(frames))]),
@@ -97,7 +110,17 @@ def _materialize(task, indices_path, prefixes, blended, seq_length, add_extra, t
     if blend is not None:
         columns["corpus"] = pa.array(corpus_of)
         columns["corpus_position"] = pa.array(corpus_position.astype(np.int64))
-    return write_spill(f"{paths.spill_dir}/samples-{shard:05d}.arrow", {shard: pa.record_batch(columns)})
+    return pa.record_batch(columns)
+
+
+def _materialize(task, indices_path, prefixes, blended, seq_length, add_extra, tokens_per_epoch, out_dtype, pad_token,
+                 paths):
+    """One task's range of the sample stream → one spilled batch for its shard."""
+    shard, start, end = task
+    paths.check_live()
+    batch = sample_batch(start, end, indices_path, prefixes, blended, seq_length, add_extra, tokens_per_epoch,
+                         out_dtype, pad_token)
+    return write_spill(f"{paths.spill_dir}/samples-{shard:05d}.arrow", {shard: batch})
 
 
 def _write_indices(data: bytes, path: str) -> str:
@@ -126,7 +149,7 @@ class TokenJob(beam.PTransform):
             | "Spread" >> beam.Reshuffle()
             | "Materialize" >> beam.FlatMap(_materialize, beam.pvalue.AsSingleton(indices_path), list(plan.prefixes),
                                             plan.blended, plan.seq_length, plan.add_extra_token,
-                                            list(plan.tokens_per_epoch), plan.dtype, self._paths)
+                                            list(plan.tokens_per_epoch), plan.dtype, plan.pad_token, self._paths)
         )
         return JobOutputs(
             shard_refs=refs,
@@ -134,7 +157,7 @@ class TokenJob(beam.PTransform):
             record=pbegin | "Record" >> beam.Create([{
                 "record_format": "megatron_gpt_samples", "dtype": str(np.dtype(plan.dtype)),
                 "seq_length": plan.seq_length, "add_extra_token": plan.add_extra_token, "row_bytes": plan.row_bytes,
-                "split": plan.split, "blended": plan.blended}]),
+                "split": plan.split, "blended": plan.blended, "pad_token": plan.pad_token}]),
         )
 
 

@@ -24,16 +24,23 @@ class TokensKind(JobKind):
                               "remove input (and --input)")
         tokens = config.token_dataset
         if bool(tokens.path_prefix) == bool(tokens.blend):
-            raise ConfigError("token_dataset: exactly one of path_prefix (one corpus) and blend (corpora with "
-                              "weights) is required")
+            raise ConfigError("token_dataset: exactly one of path_prefix (one corpus) and blend (corpora, with or "
+                              "without weights) is required")
+        weighted = [corpus.HasField("weight") for corpus in tokens.blend]
         for i, corpus in enumerate(tokens.blend):
             if not corpus.path_prefix:
                 raise ConfigError(f"token_dataset.blend[{i}].path_prefix: required")
-            if not (math.isfinite(corpus.weight) and corpus.weight > 0):
+            if corpus.HasField("weight") and not (math.isfinite(corpus.weight) and corpus.weight > 0):
                 raise ConfigError(f"token_dataset.blend[{i}].weight: must be finite and > 0, got {corpus.weight}")
-        if tokens.blend and not tokens.HasField("num_samples"):
-            raise ConfigError("token_dataset.num_samples: required with a blend (Megatron blends by weight only "
-                              "for a requested size)")
+        if any(weighted) and not all(weighted):
+            raise ConfigError(f"token_dataset.blend[{weighted.index(False)}].weight: set a weight on every corpus "
+                              "of the blend or on none (Megatron: prefixes and weights equal in number)")
+        if any(weighted) and not tokens.HasField("num_samples"):
+            raise ConfigError("token_dataset.num_samples: required with blend weights (Megatron blends by weight "
+                              "only for a requested size; without weights every sample of each corpus is blended)")
+        if not (math.isfinite(tokens.mid_level_dataset_surplus) and tokens.mid_level_dataset_surplus >= 0):
+            raise ConfigError("token_dataset.mid_level_dataset_surplus: must be finite and >= 0, got "
+                              f"{tokens.mid_level_dataset_surplus}")
         if tokens.HasField("split"):
             from shardmill.transforms.tokens.megatron_blend import SplitError, parse_split, split_matrix
 
@@ -46,8 +53,6 @@ class TokensKind(JobKind):
                                   f"{tokens.split!r} is empty")
         if tokens.seq_length < 2:
             raise ConfigError(f"token_dataset.seq_length: must be >= 2, got {tokens.seq_length}")
-        if tokens.HasField("num_samples") and tokens.num_samples < 1:
-            raise ConfigError("token_dataset.num_samples: must be >= 1 when set")
         if tokens.HasField("hanse_sampling_threshold") and tokens.hanse_sampling_threshold < 1:
             raise ConfigError("token_dataset.hanse_sampling_threshold: must be >= 1 when set")
         if not (math.isfinite(tokens.hanse_sampling_gamma) and tokens.hanse_sampling_gamma >= 0):

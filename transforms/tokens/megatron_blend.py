@@ -1,23 +1,26 @@
-"""Megatron's train/valid/test splits and weighted blends, as Megatron-LM's builder computes them.
+"""Megatron's train/valid/test splits and blends, as Megatron-LM's builder computes them.
 
 Facts from Megatron-LM's BlendedMegatronDatasetBuilder, BlendedDataset and
-helpers.cpp, restated here (tests/support/reference_megatron.py restates them again,
-independently, for the tests):
+helpers.cpp (tests/data/megatron holds arrays Megatron's own code produced,
+which the tests compare against):
 
 - **Split string** (`--split 969,30,1`): the numbers in it, padded with
   zeros to three, normalised to sum 1; the split matrix has the book-ends
   (sum of the previous shares, that plus its own) of each split, None for a
   split of share 0. A corpus of N sequences gives split i the sequences
   [int(round(lo * N)), int(round(hi * N))).
-- **Blend** (`--data-path 0.3 A 0.7 B`): weights normalised to sum 1. For a
-  requested size S of a split, corpus k contributes
-  ceil(ceil(S * w_k) * (1 + surplus)) samples to its GPTDataset (surplus
-  0.005, Megatron's `mid_level_dataset_surplus`, so the blend never runs
-  short), and the blended dataset has sum_k ceil(S * w_k) samples.
+- **Blend with weights** (`--data-path 0.3 A 0.7 B`): the builder normalises
+  the weights; for a requested size S corpus k builds
+  ceil(ceil(S * w_k) * (1 + surplus)) samples (mid_level_dataset_surplus),
+  and the BlendedDataset has sum_k ceil(S * w_k) samples. BlendedDataset
+  normalises the already normalised weights once more before blending, and
+  the rounding of that second division decides some samples.
+- **Blend without weights** (`--data-path A B`): each corpus builds one
+  epoch; the weights are those epochs' sample counts; a size S gives a
+  blend of min(S, their sum) samples, no size the exhaustive blend of all.
 - **Blending index**: blended sample i comes from the dataset whose share
-  lags its weight the most (see native_ext/src/blending.h), as that
-  dataset's next sample (an index into its GPTDataset, which applies its own
-  shuffle).
+  lags its weight the most (native_ext/src/blending.h), as that dataset's
+  next sample (an index into its GPTDataset, which applies its own shuffle).
 """
 
 from __future__ import annotations
@@ -92,17 +95,46 @@ class BlendPlan:
     dataset_sample_index: np.ndarray  # int64 [size]: its index into that corpus' GPTDataset
 
 
-def plan_blend(weights: list[float], size: int) -> BlendPlan:
-    """Megatron's blended dataset of `size` requested samples over corpora of these weights."""
-    from shardmill.native_ext.kernels import build_blending_indices
-
+def _check_weights(weights: list[float]) -> None:
     if not weights or any(not (w > 0) or not math.isfinite(w) for w in weights):
         raise SplitError(f"blend weights must be finite and > 0, got {weights}")
     if len(weights) >= 32767:
         raise SplitError(f"a blend holds at most 32766 corpora, got {len(weights)}")
+
+
+def weighted_corpus_samples(weights: list[float], size: int, surplus: float = MID_LEVEL_DATASET_SURPLUS
+                            ) -> tuple[list[float], list[int]]:
+    """The builder's normalised weights and the samples each corpus's GPTDataset builds for a blend of `size`."""
+    _check_weights(weights)
     normalized = normalize(weights)
-    targets = sizes_per_dataset(normalized, size)
-    buffered = sizes_per_dataset(normalized, size, MID_LEVEL_DATASET_SURPLUS)
-    blended = sum(targets)
-    dataset_index, dataset_sample_index = build_blending_indices(np.asarray(normalized, np.float64), blended)
+    return normalized, sizes_per_dataset(normalized, size, surplus)
+
+
+def plan_weighted_blend(weights: list[float], size: int, surplus: float = MID_LEVEL_DATASET_SURPLUS) -> BlendPlan:
+    """Megatron's BlendedDataset of `size` requested samples over corpora of these (client) weights."""
+    from shardmill.native_ext.kernels import build_blending_indices
+
+    normalized, buffered = weighted_corpus_samples(weights, size, surplus)
+    blended = sum(sizes_per_dataset(normalized, size))
+    # BlendedDataset normalises the builder's normalised weights again.
+    twice = np.asarray(normalize(normalized), np.float64)
+    dataset_index, dataset_sample_index = build_blending_indices(twice, blended)
     return BlendPlan(normalized, buffered, blended, dataset_index, dataset_sample_index)
+
+
+def plan_unweighted_blend(corpus_lengths: list[int], size: int | None) -> BlendPlan:
+    """Megatron's BlendedDataset over corpora of one epoch each, weighted by their lengths (samples).
+
+    A size gives min(size, their sum) samples blended by the normalised lengths; no size gives every
+    sample of every corpus once (exhaustive blending)."""
+    from shardmill.native_ext.kernels import build_blending_indices, build_exhaustive_blending_indices
+
+    _check_weights([float(n) for n in corpus_lengths])
+    if size is None:
+        dataset_index, dataset_sample_index = build_exhaustive_blending_indices(np.asarray(corpus_lengths, np.int64))
+        blended = int(sum(corpus_lengths))
+    else:
+        blended = min(size, int(sum(corpus_lengths)))
+        dataset_index, dataset_sample_index = build_blending_indices(
+            np.asarray(normalize(corpus_lengths), np.float64), blended)
+    return BlendPlan(normalize(corpus_lengths), list(corpus_lengths), blended, dataset_index, dataset_sample_index)

@@ -168,8 +168,13 @@ def build_shuffle_index(num_samples: int, total_size: int, rng: np.random.Random
 
 
 def build_gpt_indices(sizes: np.ndarray, sequence_length: int, num_samples: int | None, seed: int,
-                      add_extra: bool = True, documents: np.ndarray | None = None) -> GPTIndices:
-    """The three index arrays Megatron's GPTDataset builds for these sequences and settings."""
+                      add_extra: bool = True, documents: np.ndarray | None = None,
+                      drop_last_partial_sequence: bool = True) -> GPTIndices:
+    """The three index arrays Megatron's GPTDataset builds for these sequences and settings.
+
+    drop_last_partial_sequence False (Megatron's validation split with
+    drop_last_partial_validation_sequence False) keeps the last, partial
+    sample, which the reader pads."""
     sizes = np.asarray(sizes, dtype=np.int32)
     documents = np.arange(len(sizes), dtype=np.int32) if documents is None else np.asarray(documents)
     tokens_per_epoch = int(sizes[documents].astype(np.int64).sum())
@@ -183,7 +188,7 @@ def build_gpt_indices(sizes: np.ndarray, sequence_length: int, num_samples: int 
     rng = np.random.RandomState(seed)
     document_index = build_document_index(documents, num_epochs, rng, separate_final_epoch)
     sample_index = build_sample_index(sizes, document_index, sequence_length, num_epochs, tokens_per_epoch,
-                                      True, add_extra)
+                                      drop_last_partial_sequence, add_extra)
     total = sample_index.shape[0] - 1
     shuffle_index = build_shuffle_index(sans_final if separate_final_epoch else total, total, rng)
     return GPTIndices(document_index, sample_index, shuffle_index, num_epochs, separate_final_epoch)

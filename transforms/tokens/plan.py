@@ -22,7 +22,8 @@ from shardmill.transforms.common.filesystem import file_size, read_all
 from shardmill.transforms.common.keyed_hash import STREAM_KEEP, hash_words, unit_float
 from shardmill.transforms.lc0.sampling import acceptance_probability
 from shardmill.transforms.output.shard_count import ShardSizing, shard_count
-from shardmill.transforms.tokens.megatron_blend import parse_split, plan_blend, split_matrix, split_range
+from shardmill.transforms.tokens.megatron_blend import (parse_split, plan_unweighted_blend, plan_weighted_blend,
+                                                        split_matrix, split_range, weighted_corpus_samples)
 from shardmill.transforms.tokens.megatron_index import GPTIndices, IndexedDataset, build_gpt_indices, parse_index
 
 # In the generation's metadata directory. One corpus: document_index, sample_index, shuffle_index
@@ -47,6 +48,7 @@ class TokenPlan:
     indices_npz: bytes
     tasks: tuple[tuple[int, int, int], ...]  # (shard, first position, end position)
     tokens_per_epoch: tuple[int, ...]  # per corpus
+    pad_token: int | None  # fills the partial sample, when one is served
     stats: dict
     build_seconds: float
 
@@ -126,6 +128,9 @@ def check_index_size(prefix: str, num_samples: int | None, seq_length: int, spli
                          f"{MAX_INDEX_BYTES / 2**30:g} GiB): ask for fewer token_dataset.num_samples")
 
 
+VALID = 1  # TokenSplit.VALID
+
+
 def split_name(use_split: int) -> str:
     """TRAIN, VALID or TEST."""
     from shardmill.proto import shardmill_config_pb2 as config_pb2
@@ -133,27 +138,45 @@ def split_name(use_split: int) -> str:
     return config_pb2.TokenSplit.Name(use_split)
 
 
+def _blend_weights(cfg) -> list[float] | None:
+    """The blend's client weights, or None for a blend without weights (validate: all or none are set)."""
+    if cfg.blend and all(c.HasField("weight") for c in cfg.blend):
+        return [c.weight for c in cfg.blend]
+    return None
+
+
 def plan_tokens(config) -> TokenPlan:
-    """Megatron's indices of the chosen split, built on the launcher.
+    """Megatron's indices of the chosen split, built on the launcher as Megatron's builder builds them.
 
     Reading each `.idx` checks it completely, so a bad dataset fails before
-    any pipeline, and the output is not touched.
+    any pipeline, and the output is not touched. With a split string this is
+    Megatron's `--data-path` (one corpus without a weight: a GPTDataset;
+    otherwise a BlendedDataset); without one, the chosen split's
+    `--{train,valid,test}-data-path` (one corpus: a GPTDataset).
     """
     cfg = config.token_dataset
-    blended = len(cfg.blend) > 0
-    prefixes = [c.path_prefix for c in cfg.blend] if blended else [cfg.path_prefix]
+    prefixes = [c.path_prefix for c in cfg.blend] if cfg.blend else [cfg.path_prefix]
+    weights = _blend_weights(cfg)
+    per_split = not cfg.HasField("split")
+    blended = len(prefixes) > 1 or (weights is not None and not per_split)
     seed = cfg.random_seed if cfg.HasField("random_seed") else config.seed
     requested = cfg.num_samples if cfg.HasField("num_samples") else None
-    bookends = split_matrix(parse_split(cfg.split))[cfg.use_split] if cfg.HasField("split") else (0.0, 1.0)
+    bookends = (0.0, 1.0) if per_split else split_matrix(parse_split(cfg.split))[cfg.use_split]
+    drop_last = cfg.use_split != VALID or cfg.drop_last_partial_validation_sequence
     datasets = [read_dataset(p + ".idx", p + ".bin") for p in prefixes]
 
     build_start = time.perf_counter()
-    blend = plan_blend([c.weight for c in cfg.blend], requested) if blended else None
+    if not blended:
+        corpus_samples = [requested]
+    elif weights is not None:
+        _, corpus_samples = weighted_corpus_samples(weights, requested, cfg.mid_level_dataset_surplus)
+    else:
+        corpus_samples = [None] * len(prefixes)  # one epoch each
     corpora = []
     for k, (prefix, dataset) in enumerate(zip(prefixes, datasets)):
         begin, end = split_range(dataset.num_sequences, bookends)
         kept = kept_sequences(dataset.sequence_lengths, cfg.hanse_sampling_threshold, cfg.hanse_sampling_gamma,
-                              config.seed, k if blended else None)
+                              config.seed, k if len(prefixes) > 1 else None)
         documents = kept[(kept >= begin) & (kept < end)]
         split_tokens = int(dataset.sequence_lengths[documents].astype(np.int64).sum())
         if not split_tokens:
@@ -162,13 +185,21 @@ def plan_tokens(config) -> TokenPlan:
         if cfg.seq_length + int(cfg.add_extra_token) > split_tokens:
             raise InputError(f"{prefix}: token_dataset.seq_length {cfg.seq_length} needs more tokens than the "
                              f"{split_name(cfg.use_split)} split holds ({split_tokens:,})")
-        check_index_size(prefix, requested if blend is None else blend.corpus_samples[k], cfg.seq_length,
-                         split_tokens, len(documents))
-        num_samples = blend.corpus_samples[k] if blend else requested
-        indices = build_gpt_indices(dataset.sequence_lengths, cfg.seq_length, num_samples, seed,
-                                    cfg.add_extra_token, documents)
-        tokens_per_epoch = split_tokens
-        corpora.append(_Corpus(prefix, dataset, (begin, end), documents, indices, tokens_per_epoch))
+        check_index_size(prefix, corpus_samples[k], cfg.seq_length, split_tokens, len(documents))
+        indices = build_gpt_indices(dataset.sequence_lengths, cfg.seq_length, corpus_samples[k], seed,
+                                    cfg.add_extra_token, documents, drop_last)
+        corpora.append(_Corpus(prefix, dataset, (begin, end), documents, indices, split_tokens))
+    blend = None
+    if blended and weights is not None:
+        blend = plan_weighted_blend(weights, requested, cfg.mid_level_dataset_surplus)
+    elif blended:
+        lengths = [len(c.indices.shuffle_index) for c in corpora]
+        empty = [c.prefix for c, n in zip(corpora, lengths) if n == 0]
+        if empty:
+            raise InputError(f"{empty[0]}: its {split_name(cfg.use_split)} split has no whole sample of "
+                             f"{cfg.seq_length} tokens, and a blend without weights weighs each corpus by its "
+                             "samples (Megatron refuses a weight of 0)")
+        blend = plan_unweighted_blend(lengths, requested)
     if blend is not None:
         _check_blend_fits(blend, corpora)
     build_seconds = time.perf_counter() - build_start
@@ -187,8 +218,8 @@ def plan_tokens(config) -> TokenPlan:
     indices_npz = sink.getvalue()
 
     total = blend.size if blend else len(corpora[0].indices.shuffle_index)
-    # Corpora may differ in dtype: samples are written in the smallest dtype holding them all.
-    dtype = np.result_type(*[d.dtype for d in datasets])
+    padded = not drop_last and _has_partial_sample(corpora, cfg.seq_length, cfg.add_extra_token, blend)
+    dtype = sample_dtype([d.dtype for d in datasets], cfg.pad_token if padded else None)
     width = (cfg.seq_length + int(cfg.add_extra_token)) * dtype.itemsize
     num_shards = shard_count(total * width, ShardSizing.of(config.output), WRITE_LESS)
     bounds = np.linspace(0, total, num_shards + 1).astype(np.int64)
@@ -197,16 +228,43 @@ def plan_tokens(config) -> TokenPlan:
     split = split_name(cfg.use_split).lower()
     if blend is None:
         stats = corpora[0].stats(requested)
-        stats.update({"sequences_kept": len(corpora[0].documents), "seq_length": cfg.seq_length,
-                      "add_extra_token": cfg.add_extra_token, "random_seed": seed})
+        stats.update({"seq_length": cfg.seq_length, "add_extra_token": cfg.add_extra_token, "random_seed": seed})
     else:
         stats = {"seq_length": cfg.seq_length, "add_extra_token": cfg.add_extra_token, "random_seed": seed,
                  "dtype": str(dtype), "num_samples_requested": requested, "num_samples": blend.size,
-                 "weights": blend.weights, "corpora": [c.stats(n) for c, n in zip(corpora, blend.corpus_samples)],
+                 "weights": blend.weights, "weighted": weights is not None,
+                 "mid_level_dataset_surplus": cfg.mid_level_dataset_surplus if weights is not None else None,
+                 "corpora": [c.stats(n) for c, n in zip(corpora, corpus_samples)],
                  "samples_per_corpus": np.bincount(blend.dataset_index, minlength=len(corpora)).tolist()}
-    stats.update({"split": cfg.split if cfg.HasField("split") else None, "use_split": split,
-                  "indices_file": INDICES_NAME})
+    stats.update({"split": None if per_split else cfg.split, "use_split": split, "indices_file": INDICES_NAME,
+                  "drop_last_partial_sequence": drop_last, "pad_token": cfg.pad_token if padded else None})
     return TokenPlan(prefixes=tuple(prefixes), blended=blended, seq_length=cfg.seq_length,
                      add_extra_token=cfg.add_extra_token, split=split, dtype=dtype.str, row_bytes=width,
                      indices_npz=indices_npz, tasks=tuple(tasks), tokens_per_epoch=tuple(tokens_per_epoch),
-                     stats=stats, build_seconds=build_seconds)
+                     pad_token=cfg.pad_token if padded else None, stats=stats, build_seconds=build_seconds)
+
+
+def _has_partial_sample(corpora: list[_Corpus], seq_length: int, add_extra: bool, blend) -> bool:
+    """Whether a sample the split serves is its corpus's last, partial one (drop_last_partial_sequence off)."""
+    for k, corpus in enumerate(corpora):
+        sample_index = corpus.indices.sample_index
+        last = len(sample_index) - 2
+        if last < 0:
+            continue
+        (doc_beg, off_beg), (doc_end, off_end) = sample_index[last], sample_index[last + 1]
+        lengths = corpus.dataset.sequence_lengths[corpus.indices.document_index[doc_beg:doc_end]].astype(np.int64)
+        if int(lengths.sum()) - int(off_beg) + int(off_end) >= seq_length:
+            continue  # whole
+        used = corpus.indices.shuffle_index if blend is None else corpus.indices.shuffle_index[
+            blend.dataset_sample_index[blend.dataset_index == k]]
+        if (used == last).any():
+            return True
+    return False
+
+
+def sample_dtype(corpus_dtypes: list, pad_token: int | None) -> np.dtype:
+    """The smallest dtype holding every corpus's tokens (and the pad token, when a sample is padded)."""
+    dtype = np.result_type(*corpus_dtypes)
+    if pad_token is not None and not np.can_cast(np.min_scalar_type(pad_token), dtype, "safe"):
+        dtype = np.promote_types(dtype, np.min_scalar_type(pad_token))
+    return np.dtype(dtype)

@@ -111,6 +111,34 @@ PYBIND11_MODULE(_kernels, m) {
       "int64), each of `size` entries.");
 
   m.def(
+      "build_exhaustive_blending_indices",
+      [](py::array_t<int64_t, py::array::c_style | py::array::forcecast> sizes) {
+        const auto num_datasets = sizes.size();
+        if (num_datasets < 1 || num_datasets >= 32767) {
+          throw std::invalid_argument("build_exhaustive_blending_indices: 1 to 32766 datasets, got " +
+                                      std::to_string(num_datasets));
+        }
+        const int64_t* n = sizes.data();
+        int64_t total = 0;
+        for (py::ssize_t d = 0; d < num_datasets; ++d) {
+          if (n[d] <= 0) throw std::invalid_argument("build_exhaustive_blending_indices: every size must be > 0");
+          total += n[d];
+        }
+        py::array_t<int16_t> dataset_index(static_cast<py::ssize_t>(total));
+        py::array_t<int64_t> dataset_sample_index(static_cast<py::ssize_t>(total));
+        int16_t* index = dataset_index.mutable_data();
+        int64_t* sample = dataset_sample_index.mutable_data();
+        {
+          py::gil_scoped_release release;
+          shardmill::BuildExhaustiveBlendingIndices(n, static_cast<int32_t>(num_datasets), index, sample);
+        }
+        return py::make_tuple(dataset_index, dataset_sample_index);
+      },
+      py::arg("sizes"),
+      "Megatron's exhaustive BlendedDataset indices (no weights, no size): every sample of each dataset once, "
+      "interleaved by their sizes.");
+
+  m.def(
       "sample_labels",
       [](py::array_t<uint8_t, py::array::c_style | py::array::forcecast> is_target, double ratio, bool adaptive,
          uint64_t seed, uint64_t partition_key) {

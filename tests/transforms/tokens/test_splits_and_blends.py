@@ -1,4 +1,6 @@
-"""Megatron's splits and blends, job and kernels, against an independent re-statement of Megatron-LM.
+"""Megatron splits and blends: config errors, the kept indices, copied runs, absurd sizes.
+
+Exactness against Megatron-LM's own arrays is test_megatron_reference.py's.
 
 On the real Megatron fixture in ../shared/fixtures/megatron/ (GPT-2 tokens of
 OpenWebText, uint16, 1000 documents; an int32 corpus of the first 600
@@ -19,15 +21,12 @@ from shardmill.native_ext.kernels import build_blending_indices, copy_runs
 from shardmill.pipelines import cli
 from shardmill.pipelines.config import ConfigError, parse_config, validate
 from shardmill.pipelines.run_job import run_job
-from shardmill.transforms.tokens.megatron_blend import (MID_LEVEL_DATASET_SURPLUS, SplitError, parse_split, plan_blend,
-                                                        split_matrix, split_range)
+from shardmill.transforms.tokens.megatron_blend import SplitError, parse_split, plan_weighted_blend
 from shardmill.transforms.tokens.megatron_index import (IndexedDatasetError, build_gpt_indices, parse_index,
                                                         sample_byte_runs, sample_tokens)
 from shardmill.transforms.tokens.plan import INDICES_NAME, read_dataset
 from tests.datagen.megatron import write_indexed_dataset
-from tests.support import reference_megatron as ref
 from tests.support.paths import SHARED_FIXTURES
-from tests.transforms.tokens.test_megatron_index import megatron_indices
 
 FIXTURES = os.path.join(SHARED_FIXTURES, "megatron")
 OWT = os.path.join(FIXTURES, "meg-gpt2-openwebtext_text_document")
@@ -36,68 +35,18 @@ OWT_C = os.path.join(FIXTURES, "owt_c_600to999_5empty_uint16")
 needs_fixture = pytest.mark.skipif(not os.path.exists(OWT + ".idx"), reason="../shared/fixtures/megatron absent")
 
 
-def corpus_tokens(prefix):
-    dataset = read_dataset(prefix + ".idx", prefix + ".bin")
-    data = np.fromfile(prefix + ".bin", dtype=dataset.dtype)
-    itemsize = dataset.dtype.itemsize
-    sequences = [data[p // itemsize: p // itemsize + n] for p, n in zip(dataset.sequence_pointers,
-                                                                         dataset.sequence_lengths)]
-    return dataset, sequences
-
-
-def reference_corpus_samples(sequences, documents, seq_length, num_samples, seed, add_extra=True):
-    """GPTDataset[i] for every i, from the re-statement: the tokens of each served sample, in order."""
-    sizes = np.array([len(s) for s in sequences], dtype=np.int32)
-    doc, _, shuffle, _, _ = megatron_indices(sizes, seq_length, num_samples, seed, add_extra, documents)
-    stream = np.concatenate([sequences[d] for d in doc])
-    width = seq_length + int(add_extra)
-    return shuffle.astype(np.int64), [stream[s * seq_length: s * seq_length + width] for s in shuffle]
-
-
 def read_stream(out, manifest):
     return pa.concat_tables([pq.read_table(os.path.join(out, s["path"])) for s in manifest["shards"]])
-
-
-def tokens_of(table, dtype, width):
-    return np.frombuffer(table["tokens"].combine_chunks().buffers()[1], dtype).reshape(-1, width)
 
 
 def job(extra, seed=7, shards=3):
     return validate(parse_config(f"seed: {seed}\noutput {{ num_shards: {shards} }}\ntoken_dataset {{ {extra} }}"))
 
 
-# ---- kernels against the re-statement ----------------------------------------------------
-
-@pytest.mark.parametrize("split", ["969,30,1", "99,1", "1,0,0", "0.8 0.1 0.1", "2,2,1", "1 1 1", "0,1,0",
-                                   "98,2,0", "33.3,33.3,33.4"])
-@pytest.mark.parametrize("num_sequences", [1000, 599, 7, 1])
-def test_split_ranges_are_megatrons(split, num_sequences):
-    expected = ref.split_sequences(split, num_sequences)
-    matrix = split_matrix(parse_split(split))
-    for i, bookends in enumerate(matrix):
-        if expected[i] is None:
-            assert bookends is None
-        else:
-            begin, end = split_range(num_sequences, bookends)
-            assert np.arange(begin, end).tolist() == expected[i].tolist()
-
-
-@pytest.mark.parametrize("weights, size", [([0.3, 0.7], 1000), ([3, 7], 1000), ([1, 1, 1], 999),
-                                           ([0.5, 0.25, 0.125, 0.125], 12345), ([2.5, 1e-3], 500),
-                                           ([1.0], 77)])
-def test_blend_sizes_and_blending_index_are_megatrons(weights, size):
-    plan = plan_blend(weights, size)
-    normalized = ref.normalized(weights)
-    assert plan.weights == normalized
-    assert plan.corpus_samples == ref.sizes_per_dataset(normalized, size, MID_LEVEL_DATASET_SURPLUS)
-    assert plan.size == sum(ref.sizes_per_dataset(normalized, size, 0.0))
-    dataset_index, dataset_sample_index = ref.blending_indices(normalized, plan.size)
-    assert plan.dataset_index.dtype == np.int16 and (plan.dataset_index == dataset_index).all()
-    assert plan.dataset_sample_index.dtype == np.int64 and (plan.dataset_sample_index == dataset_sample_index).all()
-
+# ---- blends and config errors -----------------------------------------------------------
 
 def test_weights_that_do_not_sum_to_one_blend_like_their_normalised_form():
-    a, b = plan_blend([3, 7], 500), plan_blend([0.3, 0.7], 500)
+    a, b = plan_weighted_blend([3, 7], 500), plan_weighted_blend([0.3, 0.7], 500)
     assert a.corpus_samples == b.corpus_samples and (a.dataset_index == b.dataset_index).all()
 
 
@@ -118,67 +67,13 @@ def test_bad_or_empty_splits_are_config_errors(split, use_split, message):
 
 
 @pytest.mark.parametrize("fields, message", [
-    ('seq_length: 8 blend { path_prefix: "a" weight: 1 }', "num_samples: required with a blend"),
+    ('seq_length: 8 blend { path_prefix: "a" weight: 1 }', "num_samples: required with blend weights"),
     ('seq_length: 8 num_samples: 5 blend { path_prefix: "a" weight: 0 }', r"blend\[0\].weight"),
     ('seq_length: 8 num_samples: 5 path_prefix: "a" blend { path_prefix: "b" weight: 1 }', "exactly one of"),
 ])
 def test_bad_blends_are_config_errors(fields, message):
     with pytest.raises(ConfigError, match=message):
         job(fields)
-
-
-# ---- the job against the re-statement, on the real corpus ---------------------------------
-
-@pytest.mark.slow
-@needs_fixture
-@pytest.mark.parametrize("use_split, num_samples", [("TRAIN", 300), ("VALID", 2000), ("TEST", None)])
-def test_each_split_is_the_stream_megatron_serves_for_it(tmp_path, use_split, num_samples):
-    dataset, sequences = corpus_tokens(OWT)
-    requested = f"num_samples: {num_samples}" if num_samples else ""
-    config = job(f'path_prefix: "{OWT}" seq_length: 64 split: "969,30,1" use_split: {use_split} {requested}')
-    manifest = run_job(config, [], str(tmp_path), PipelineOptions([]))
-    split_index = ["TRAIN", "VALID", "TEST"].index(use_split)
-    documents = ref.split_sequences("969,30,1", len(sequences))[split_index]
-    samples, expected = reference_corpus_samples(sequences, documents, 64, num_samples, seed=7)
-    table = read_stream(tmp_path, manifest)
-    assert table["sample"].to_pylist() == samples.tolist()
-    got = tokens_of(table, np.uint16, 65)
-    assert len(got) == len(expected) and all((g == e).all() for g, e in zip(got, expected))
-    stats = manifest["stats"]["token_dataset"]
-    assert stats["split_sequences"] == [int(documents[0]), int(documents[-1]) + 1]
-    if use_split == "VALID":  # 30 documents, 400 samples: several epochs of a small split
-        assert stats["num_epochs"] > 1
-
-
-@pytest.mark.slow
-@needs_fixture
-def test_a_blend_of_corpora_with_other_dtypes_is_megatrons_blended_stream(tmp_path):
-    corpora = [(OWT, 0.3), (OWT_B, 0.5), (OWT_C, 0.2)]  # uint16, int32, uint16 with empty documents
-    blend = " ".join(f'blend {{ path_prefix: "{p}" weight: {w} }}' for p, w in corpora)
-    config = job(f'{blend} seq_length: 32 num_samples: 600 split: "90,10,0"', seed=11)
-    manifest = run_job(config, [], str(tmp_path), PipelineOptions([]))
-    table = read_stream(tmp_path, manifest)
-
-    weights = ref.normalized([w for _, w in corpora])
-    per_corpus = ref.sizes_per_dataset(weights, 600, 0.005)
-    size = sum(ref.sizes_per_dataset(weights, 600, 0.0))
-    dataset_index, dataset_sample_index = ref.blending_indices(weights, size)
-    streams = []
-    for (prefix, _), n in zip(corpora, per_corpus):
-        _, sequences = corpus_tokens(prefix)
-        documents = ref.split_sequences("90,10,0", len(sequences))[0]
-        streams.append(reference_corpus_samples(sequences, documents, 32, n, seed=11))
-    assert table.num_rows == size
-    assert table["corpus"].to_pylist() == dataset_index.tolist()
-    assert table["corpus_position"].to_pylist() == dataset_sample_index.tolist()
-    got = tokens_of(table, np.int32, 33)  # uint16 and int32 corpora: written as int32
-    for row, (k, position) in enumerate(zip(dataset_index, dataset_sample_index)):
-        samples, expected = streams[k]
-        assert table["sample"][row].as_py() == samples[position]
-        assert (got[row] == expected[position]).all()
-    stats = manifest["stats"]["token_dataset"]
-    assert stats["num_samples"] == size and stats["weights"] == weights
-    assert [c["num_samples_requested"] for c in stats["corpora"]] == per_corpus
 
 
 @pytest.mark.slow
