@@ -23,6 +23,7 @@ import posixpath
 import re
 import stat
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -47,6 +48,41 @@ class Dataset:
     location: str  # as the native reader takes it: an absolute local path or a URI
     manifest: dict
     shard_paths: list[str]
+    columns: list[str]  # the columns to read: as asked, or the output's defaults (default_columns)
+    typed: dict[str, np.dtype]  # fixed-size binary columns served as arrays of a dtype (typed_columns)
+
+
+DEFAULT_COLUMNS = "default"  # open_dataset(columns=DEFAULT_COLUMNS): the output's default_columns
+
+
+def default_columns(manifest: dict, schema: pa.Schema) -> list[str]:
+    """The columns a reader serves when none are named: lc0 its records (`frame`), every other kind every
+    column of its shards (tokens: the samples, their sample and epoch numbers, and a blend's corpus columns)."""
+    if manifest.get("record_format", "lc0") == "lc0":
+        return ["frame"]
+    return list(schema.names)
+
+
+# Token dtypes a Megatron .bin holds (and the widened dtypes of blends and padded samples).
+_TOKEN_DTYPES = ("uint8", "int8", "int16", "uint16", "int32", "uint32", "int64")
+
+
+def typed_columns(manifest: dict, schema: pa.Schema) -> dict[str, np.dtype]:
+    """Fixed-size binary columns that hold arrays of a dtype (token samples), as served: name -> dtype.
+
+    From the manifest's record description, checked against the shard schema (OutputError otherwise)."""
+    if manifest.get("record_format") != "megatron_gpt_samples":
+        return {}
+    record = manifest.get("record")
+    dtype = record.get("dtype") if isinstance(record, dict) else None
+    if dtype not in _TOKEN_DTYPES:
+        raise OutputError(f"manifest: record.dtype {dtype!r} is not a token dtype ({', '.join(_TOKEN_DTYPES)})")
+    dtype = np.dtype(dtype)
+    if "tokens" in schema.names:
+        type_ = schema.field("tokens").type
+        if not pa.types.is_fixed_size_binary(type_) or type_.byte_width % dtype.itemsize:
+            raise OutputError(f"manifest: column 'tokens' is {type_}, not whole {dtype} tokens")
+    return {"tokens": dtype}
 
 
 def locate(path: str) -> tuple[pafs.FileSystem, str, str]:
@@ -172,8 +208,8 @@ def servable(type_: pa.DataType) -> bool:
             or pa.types.is_float32(type_) or pa.types.is_float64(type_))
 
 
-def _check_footer(fs: pafs.FileSystem, path: str, shard: dict, where: str, columns, first_schema):
-    """Checks a shard's footer against the manifest and the columns to read; returns its schema."""
+def _check_footer(fs: pafs.FileSystem, path: str, shard: dict, where: str) -> pa.Schema:
+    """Checks a shard's footer against the manifest; returns its schema."""
     try:
         with fs.open_input_file(path) as f:
             parquet = pq.ParquetFile(f)
@@ -181,7 +217,16 @@ def _check_footer(fs: pafs.FileSystem, path: str, shard: dict, where: str, colum
             counts = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
     except (OSError, pa.ArrowException, ValueError) as err:
         raise _fail(where, f"shard {path} has no readable Parquet footer ({err})") from None
-    for name in columns or ():
+    if counts != shard["row_groups"]:
+        raise _fail(where, f"shard {path} has {len(counts)} row groups, the manifest says "
+                           f"{len(shard['row_groups'])} (footer: {sum(counts)} rows, manifest: {shard['rows']}; "
+                           "the row-group sizes differ)")
+    return schema
+
+
+def _check_columns(path: str, schema: pa.Schema, columns: list[str], first_schema: pa.Schema | None) -> None:
+    """Each column to read is in the shard, of a type the reader serves, and typed as in the first shard."""
+    for name in columns:
         if name not in schema.names:
             raise OutputError(f"shard {path} has no column {name!r} (columns: {', '.join(schema.names)})")
         type_ = schema.field(name).type
@@ -191,11 +236,6 @@ def _check_footer(fs: pafs.FileSystem, path: str, shard: dict, where: str, colum
         if first_schema is not None and first_schema.field(name).type != type_:
             raise OutputError(f"shard {path}: column {name!r} is {type_}, but {first_schema.field(name).type} "
                               "in the first shard")
-    if counts != shard["row_groups"]:
-        raise _fail(where, f"shard {path} has {len(counts)} row groups, the manifest says "
-                           f"{len(shard['row_groups'])} (footer: {sum(counts)} rows, manifest: {shard['rows']}; "
-                           "the row-group sizes differ)")
-    return schema
 
 
 def open_dataset(path: str, verify_checksums: bool = False, columns=None) -> Dataset:
@@ -204,11 +244,14 @@ def open_dataset(path: str, verify_checksums: bool = False, columns=None) -> Dat
     verify_checksums also reads every byte of every shard for its SHA-256.
     columns: names to be read; each must exist in every shard with one type
     the reader serves (checked from the footers, before any read).
+    DEFAULT_COLUMNS: the output's default_columns, checked the same way.
+    None: no columns are checked.
     """
     first_schema = None
     fs, base, location = locate(path)
     manifest, manifest_path = _read_manifest(fs, base, os.fspath(path))
     check_manifest(manifest, manifest_path)
+    columns = columns if columns in (None, DEFAULT_COLUMNS) else list(columns)
     shard_paths = []
     for i, shard in enumerate(manifest["shards"]):
         where = f"{manifest_path}: shards[{i}]"
@@ -231,10 +274,13 @@ def open_dataset(path: str, verify_checksums: bool = False, columns=None) -> Dat
                 raise _fail(where, f"shard {on_fs} cannot be read ({err})") from None
             if digest.hexdigest() != shard["sha256"]:
                 raise OutputError(f"shard {on_fs}: SHA-256 differs from the manifest's")
-        schema = _check_footer(fs, on_fs, shard, where, columns, first_schema)
+        schema = _check_footer(fs, on_fs, shard, where)
+        if columns == DEFAULT_COLUMNS:
+            columns = default_columns(manifest, schema)
+        _check_columns(on_fs, schema, columns or [], first_schema)
         first_schema = first_schema or schema
         shard_paths.append(for_reader)
-    return Dataset(location, manifest, shard_paths)
+    return Dataset(location, manifest, shard_paths, columns or [], typed_columns(manifest, first_schema))
 
 
 def load_manifest(path: str, verify_checksums: bool = False) -> dict:

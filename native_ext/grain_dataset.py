@@ -30,8 +30,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from shardmill.native_ext.converters import Lc0Tensors
-from shardmill.native_ext.dataset import open_dataset
+from shardmill.native_ext.converters import Converter
+from shardmill.native_ext.dataset import DEFAULT_COLUMNS, open_dataset
 from shardmill.native_ext.options import OrderOptions, ReadOptions, ShardOptions, check_type
 from shardmill.native_ext.reader import ShardReader
 
@@ -40,12 +40,12 @@ class ShardIterDataset(grain.IterDataset):
     """ShardReader batches as a Grain IterDataset; the arguments are ShardReader's (a checkpoint is
     restored through the iterator's set_state())."""
 
-    def __init__(self, path: str, batch_size: int = 256, columns: Sequence[str] = ("frame",), *,
+    def __init__(self, path: str, batch_size: int = 256, columns: Sequence[str] | None = None, *,
                  num_epochs: int | None = 1, drop_remainder: bool = False,
                  order_options: OrderOptions = OrderOptions(), shard_options: ShardOptions = ShardOptions(),
-                 read_options: ReadOptions = ReadOptions(), converter: Lc0Tensors | None = None):
+                 read_options: ReadOptions = ReadOptions(), converter: Converter | None = None):
         super().__init__()
-        self._args = (path, batch_size, list(columns))
+        self._args = (path, batch_size, None if columns is None else list(columns))
         self._reader_kwargs = {"num_epochs": num_epochs, "drop_remainder": drop_remainder,
                                "order_options": check_type("order_options", order_options, OrderOptions),
                                "shard_options": check_type("shard_options", shard_options, ShardOptions),
@@ -100,17 +100,20 @@ class _ShardDatasetIterator(grain.DatasetIterator):
 
 
 class ShardDataSource(grain.sources.RandomAccessDataSource):
-    """Record i of a shardmill output as a dict of numpy values (fixed-size binary as uint8 arrays).
+    """Record i of a shardmill output as a dict of numpy values (fixed-size binary as uint8 arrays, token
+    samples as arrays of their dtype; columns None: the output's own, as ShardReader's).
 
     cached_row_groups: decoded row groups kept (least recently used goes first).
     """
 
-    def __init__(self, path: str, columns: Sequence[str] = ("frame",), cached_row_groups: int = 8):
+    def __init__(self, path: str, columns: Sequence[str] | None = None, cached_row_groups: int = 8):
         if cached_row_groups < 1:
             raise ValueError(f"cached_row_groups must be >= 1, got {cached_row_groups}")
-        dataset = open_dataset(path, False, columns=list(columns))  # the untrusted-output checks
+        # The untrusted-output checks; columns None: the output's own (ShardReader's defaults).
+        dataset = open_dataset(path, False, columns=DEFAULT_COLUMNS if columns is None else list(columns))
         self._path = path
-        self._columns = list(columns)
+        self._columns = dataset.columns
+        self._typed = dataset.typed
         self._cached_row_groups = cached_row_groups
         self._shard_paths = list(dataset.shard_paths)  # checked: inside the output, absolute or URIs
         self._groups = [(s, g) for s, shard in enumerate(dataset.manifest["shards"])
@@ -156,6 +159,8 @@ class ShardDataSource(grain.sources.RandomAccessDataSource):
                 width = column.type.byte_width
                 values = np.frombuffer(column.buffers()[1], np.uint8)
                 decoded[name] = values[column.offset * width:(column.offset + len(column)) * width].reshape(-1, width)
+                if name in self._typed:
+                    decoded[name] = decoded[name].view(self._typed[name])
             else:
                 decoded[name] = column.to_numpy(zero_copy_only=False)
         with self._lock:

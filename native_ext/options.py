@@ -85,8 +85,10 @@ class ReadOptions:
         _check_bool("ReadOptions", "verify_checksums", self.verify_checksums)
 
 
-def check_type(name: str, value, cls: type):
-    """The value when it is a cls; TypeError naming the argument otherwise (a dict or a bool is not options)."""
+def check_type(name: str, value, cls: type | tuple[type, ...]):
+    """The value when it is a cls (or one of them); TypeError naming the argument otherwise (a dict or a
+    bool is not options)."""
     if not isinstance(value, cls):
-        raise TypeError(f"{name} must be a {cls.__name__}, got {type(value).__name__}")
+        names = " or ".join(c.__name__ for c in (cls if isinstance(cls, tuple) else (cls,)))
+        raise TypeError(f"{name} must be a {names}, got {type(value).__name__}")
     return value

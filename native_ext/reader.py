@@ -40,8 +40,9 @@ import numpy as np
 from shardmill.native_ext._native import NativeError, NativeReader, ReaderOptions
 from shardmill.native_ext.checkpoint import (MAX_EPOCH, STATE_VERSION, ElasticEpoch, checked_ranges, elastic_states,
                                              parse_state)
-from shardmill.native_ext.converters import Lc0Tensors
-from shardmill.native_ext.dataset import OutputError, load_manifest, open_dataset  # noqa: F401  (re-exported)
+from shardmill.native_ext.converters import CONVERTERS, Converter
+from shardmill.native_ext.dataset import (DEFAULT_COLUMNS, OutputError, load_manifest,  # noqa: F401  (re-exported)
+                                          open_dataset)
 from shardmill.native_ext.options import OrderOptions, ReadOptions, ShardOptions, check_type
 
 
@@ -49,7 +50,8 @@ class ShardReader:
     """Iterates a shardmill output directory in batches of numpy arrays.
 
     Each batch is a dict: one array per selected column (fixed_size_binary
-    columns as (batch, width) uint8, numeric columns as 1-D arrays), plus
+    columns as (batch, width) uint8, token samples as (batch, seq_length +
+    extra) arrays of their dtype, numeric columns as 1-D arrays), plus
     `record_index` (int64: the record's position in the dataset, stable
     across epochs and ranks), `record_seed` (uint64: keyed hash of (seed,
     record_index), for stateless reproducible augmentations; mix in `epoch`
@@ -60,7 +62,9 @@ class ShardReader:
       path: output directory (local path or Arrow filesystem URI).
       batch_size: rows per batch; the last batch of an epoch may be smaller
         unless drop_remainder.
-      columns: columns to read (default: frame).
+      columns: columns to read. None: the output's own (lc0: frame; tokens:
+        tokens, sample, epoch and a blend's corpus, corpus_position; labels:
+        every column).
       num_epochs: epochs to serve; None for unbounded.
       drop_remainder: drop the short last batch of each epoch.
       order_options: the order of every epoch (OrderOptions: seed, shuffle,
@@ -68,8 +72,9 @@ class ShardReader:
       shard_options: this data-parallel rank and the number of ranks
         (ShardOptions).
       read_options: threads, prefetch and checksums (ReadOptions).
-      converter: training tensors converted on the decode threads and added
-        to each batch (converters.Lc0Tensors); None: the columns only.
+      converter: training tensors added to each batch (converters.Lc0Tensors,
+        converted on the decode threads; converters.MegatronSamples); None:
+        the columns only.
       state: a value from state() to resume exactly where it was taken
         (validated: settings, dataset and ranges; ValueError otherwise).
       start_epoch: begin at the start of this epoch (its order is the one a
@@ -86,14 +91,14 @@ class ShardReader:
         self,
         path: str,
         batch_size: int = 256,
-        columns: Sequence[str] = ("frame",),
+        columns: Sequence[str] | None = None,
         *,
         num_epochs: int | None = 1,
         drop_remainder: bool = False,
         order_options: OrderOptions = OrderOptions(),
         shard_options: ShardOptions = ShardOptions(),
         read_options: ReadOptions = ReadOptions(),
-        converter: Lc0Tensors | None = None,
+        converter: Converter | None = None,
         state: bytes | None = None,
         start_epoch: int = 0,
     ):
@@ -102,12 +107,15 @@ class ShardReader:
         order = check_type("order_options", order_options, OrderOptions)
         shard = check_type("shard_options", shard_options, ShardOptions)
         read = check_type("read_options", read_options, ReadOptions)
+        dataset = open_dataset(path, read.verify_checksums,
+                               columns=DEFAULT_COLUMNS if columns is None else list(columns))
+        columns = dataset.columns
         if converter is not None:
-            check_type("converter", converter, Lc0Tensors)
+            converter = check_type("converter", converter, CONVERTERS).bind(dataset.manifest)
             missing = [c for c in converter.required_columns if c not in columns]
             if missing:
                 raise ValueError(f"the converter reads column(s) {', '.join(missing)}: select them")
-        dataset = open_dataset(path, read.verify_checksums, columns=list(columns))
+        self._typed = dataset.typed
         self._manifest = dataset.manifest
         self._settings = {
             "dataset": self._dataset_fingerprint(),
@@ -228,6 +236,9 @@ class ShardReader:
             raise OutputError(str(err)) from None
         if batch is None:
             raise StopIteration
+        for name, dtype in self._typed.items():
+            if name in batch:  # token samples: (batch, row bytes) uint8 viewed as (batch, tokens) of their dtype
+                batch[name] = batch[name].view(dtype)
         if self._converter is not None:
             self._converter.finish(batch)
         return batch

@@ -38,7 +38,7 @@ import torch
 import torch.distributed
 import torch.utils.data
 
-from shardmill.native_ext.converters import Lc0Tensors
+from shardmill.native_ext.converters import Converter
 from shardmill.native_ext.options import OrderOptions, ReadOptions, ShardOptions, check_type
 from shardmill.native_ext.reader import ShardReader
 
@@ -62,16 +62,16 @@ class ShardIterableDataset(torch.utils.data.IterableDataset):
     The other arguments are ShardReader's.
     """
 
-    def __init__(self, path: str, batch_size: int = 256, columns: Sequence[str] = ("frame",), *,
+    def __init__(self, path: str, batch_size: int = 256, columns: Sequence[str] | None = None, *,
                  rank: int | None = None, world_size: int | None = None, num_epochs: int | None = 1,
                  drop_remainder: bool = False, order_options: OrderOptions = OrderOptions(),
-                 read_options: ReadOptions = ReadOptions(), converter: Lc0Tensors | None = None):
+                 read_options: ReadOptions = ReadOptions(), converter: Converter | None = None):
         super().__init__()
         if num_epochs is not None and num_epochs < 1:
             raise ValueError(f"num_epochs must be >= 1 or None, got {num_epochs}")
         self._path = path
         self._batch_size = batch_size
-        self._columns = list(columns)
+        self._columns = None if columns is None else list(columns)
         self._rank = rank
         self._world_size = world_size
         self._num_epochs = num_epochs
@@ -140,7 +140,7 @@ class ShardIterableDataset(torch.utils.data.IterableDataset):
         try:
             with self._reader as reader:
                 for batch in reader:
-                    yield _tensors(batch, converter.planes if (converter := self._reader_options["converter"]) else None)
+                    yield _tensors(batch, getattr(self._reader_options["converter"], "planes", None))
         finally:
             self._shared[1 + MAX_WORKERS + slot] = 0
             self._reader = None

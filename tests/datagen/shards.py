@@ -81,7 +81,7 @@ def write_output(directory: str, shard_rows: list[int], row_group_rows: int, wid
             "row_groups": [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)],
             "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
         })
-    manifest = {"format_version": format_version, "record_format": "test", "record_size": width, "seed": 0,
+    manifest = {"format_version": format_version, "record_format": "lc0", "record_size": width, "seed": 0,
                 "num_shards": len(shards), "shards": shards, "stats": {}}
     if format_version >= 2:
         manifest["generation"] = 1

@@ -19,6 +19,8 @@ megatron/core/datasets/helpers_cpp built by its Makefile):
 
     MEGATRON=/path/to/Megatron-LM python tests/data/megatron/make_reference.py ../shared/fixtures/megatron
 
+(ONLY_SAMPLES=1 rebuilds samples.npz alone.)
+
 Produced with Megatron-LM d98e8a64dd (2026), torch 2.13.0+cpu.
 """
 
@@ -39,6 +41,9 @@ HERE = Path(__file__).parent
 CORPORA = {"A": "meg-gpt2-openwebtext_text_document", "B": "owt_b_rev599to0_int32",
            "C": "owt_c_600to999_5empty_uint16"}
 EOD = 50256
+# The fixture corpora hold no GPT-2 end of document (50256), so the sample references call '.' (13), several in
+# every sample, the end of document.
+SAMPLES_EOD = 13
 
 # name -> (blend or blend_per_split, split, sizes [train, valid, test], options)
 CONFIGS = {
@@ -113,11 +118,13 @@ def import_megatron(root: str):
 
 
 class Tokenizer:
-    """GPT-2's end of document; no pad token, so Megatron pads with its default (-1)."""
+    """An end-of-document id and no pad token, so Megatron pads with its default (-1)."""
 
-    eod = EOD
     vocab_size = None  # the dtype comes from each .idx
-    unique_identifiers = {"class": "Tokenizer", "eod": EOD}
+
+    def __init__(self, eod: int = EOD):
+        self.eod = eod
+        self.unique_identifiers = {"class": "Tokenizer", "eod": eod}
 
     @property
     def pad(self):
@@ -138,7 +145,7 @@ def gpt_config(megatron, spec, fixtures, **flags):
         per_split = [None if b is None else (prefix(b[0]), b[1]) for b in spec["blend_per_split"]]
     return GPTDatasetConfig(
         random_seed=spec.get("seed", 1234), sequence_length=spec["seq"], blend=blend, blend_per_split=per_split,
-        split=spec.get("split"), tokenizer=Tokenizer(), mid_level_dataset_surplus=spec.get("surplus", 0.005),
+        split=spec.get("split"), tokenizer=Tokenizer(flags.pop("eod", EOD)), mid_level_dataset_surplus=spec.get("surplus", 0.005),
         drop_last_partial_validation_sequence=spec.get("drop_last", True),
         add_extra_token_to_sequence=spec.get("extra", True), path_to_cache=None,
         reset_position_ids=flags.get("reset_position_ids", False),
@@ -181,7 +188,7 @@ def samples_reference(megatron, fixtures) -> dict:
         flags_list = list(itertools.product((False, True), repeat=4))
         for flags in flags_list:
             keys = ("reset_position_ids", "reset_attention_mask", "eod_mask_loss", "create_attention_mask")
-            datasets, _ = build(megatron, spec, fixtures, **dict(zip(keys, flags)))
+            datasets, _ = build(megatron, spec, fixtures, eod=SAMPLES_EOD, **dict(zip(keys, flags)))
             valid = datasets[1]
             padded = int(np.flatnonzero(valid.shuffle_index == len(valid) - 1)[0])
             picks = [0, 1, 2, padded] if name == "single_valid_keeps_partial" else [0, 1, 2, 3]
@@ -193,13 +200,16 @@ def samples_reference(megatron, fixtures) -> dict:
                     value = sample.get(field)
                     if value is not None:
                         out[f"{tag}/{i}/{field}"] = value.numpy()
-    out["config"] = np.array(json.dumps({"eod": EOD, "pad": -1, "flags": ["reset_position_ids",
+    out["config"] = np.array(json.dumps({"eod": SAMPLES_EOD, "pad": -1, "flags": ["reset_position_ids",
                                          "reset_attention_mask", "eod_mask_loss", "create_attention_mask"]}))
     return out
 
 
 def main(fixtures: str) -> None:
     megatron = import_megatron(os.environ["MEGATRON"])
+    if os.environ.get("ONLY_SAMPLES"):
+        np.savez_compressed(HERE / "samples.npz", **samples_reference(megatron, fixtures))
+        return
     for name, spec in CONFIGS.items():
         record = {"config": np.array(json.dumps(spec))}
         try:
