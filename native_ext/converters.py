@@ -150,9 +150,6 @@ def megatron_masks(tokens: np.ndarray, eod_token: int, reset_position_ids: bool,
     loss_mask = np.ones((batch, length), dtype=np.float32)
     if eod_mask_loss:
         loss_mask[eod] = 0.0
-    # Segment of a position: the number of end-of-document tokens before it (a document ends after its EOD).
-    segment = np.zeros((batch, length), dtype=np.int64)
-    segment[:, 1:] = np.cumsum(eod[:, :-1], axis=1)
     positions = np.broadcast_to(np.arange(length, dtype=np.int64), (batch, length))
     if reset_position_ids:
         # Position after the last EOD before j: j - (that EOD's index + 1).
@@ -167,6 +164,9 @@ def megatron_masks(tokens: np.ndarray, eod_token: int, reset_position_ids: bool,
         causal = np.tril(np.ones((length, length), dtype=bool))
         allowed = np.broadcast_to(causal, (batch, length, length))
         if reset_attention_mask:
+            # A position's document: the number of end-of-document tokens before it (an EOD ends its document).
+            segment = np.zeros((batch, length), dtype=np.int64)
+            segment[:, 1:] = np.cumsum(eod[:, :-1], axis=1)
             allowed = allowed & (segment[:, :, None] == segment[:, None, :])
         out["attention_mask"] = ~allowed[:, None, :, :]
     return out
