@@ -11,8 +11,8 @@ import pyarrow as _pyarrow
 
 from shardmill.native_ext._build_info import BUILT_AGAINST_PYARROW
 
-__all__ = ["BUILT_AGAINST_PYARROW", "Lc0Tensors", "MegatronSamples", "NativeError", "OrderOptions", "OutputError", "ReadOptions",
-           "ShardOptions", "ShardReader", "cached_memory_bytes", "check_pyarrow_match", "load_manifest",
+__all__ = ["BUILT_AGAINST_PYARROW", "Lc0Tensors", "MegatronSamples", "NativeError", "OrderOptions", "OutputError",
+           "ReadOptions", "ShardOptions", "ShardReader", "cached_memory_bytes", "check_pyarrow_match", "load_manifest",
            "release_cached_memory", "self_check"]
 
 

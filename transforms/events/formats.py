@@ -6,7 +6,13 @@ import dataclasses
 
 import pyarrow as pa
 
-EVENT_SUFFIXES = (".parquet", ".csv", ".tsv", ".jsonl", ".json", ".ndjson")
+TEXT_SUFFIXES = (".csv", ".tsv", ".jsonl", ".json", ".ndjson")
+# Compressed text logs, by suffix: read through Arrow's decompressing streams, whole (a stream can't be split).
+COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".bz2": "bz2"}
+EVENT_SUFFIXES = (".parquet", *TEXT_SUFFIXES, *(t + c for t in TEXT_SUFFIXES for c in COMPRESSIONS))
+# A compressed log is decompressed into memory whole: refuse one that inflates beyond this (a bomb, or a log to
+# ship in smaller files).
+MAX_DECOMPRESSED_BYTES = 4 << 30
 
 
 def delimiter(fmt: str) -> str:
@@ -34,10 +40,23 @@ def arrow_type(alias: str) -> pa.DataType:
         raise ValueError(f"unknown Arrow type {alias!r} (e.g. int64, double, string, bool, timestamp[ms])") from None
 
 
+def compression_of(path: str) -> str | None:
+    """Arrow's codec name of a compressed text log ("gzip", "zstd", "bz2"), None for a plain file."""
+    name = path.lower()
+    for suffix, codec in COMPRESSIONS.items():
+        if name.endswith(suffix) and name[: -len(suffix)].endswith(TEXT_SUFFIXES):
+            return codec
+    return None
+
+
 def format_of(path: str) -> str:
     name = path.lower()
+    for suffix in COMPRESSIONS:
+        if name.endswith(suffix) and name[: -len(suffix)].endswith(TEXT_SUFFIXES):
+            name = name[: -len(suffix)]
     for suffix, fmt in ((".parquet", "parquet"), (".csv", "csv"), (".tsv", "tsv"), (".jsonl", "jsonl"),
                         (".json", "jsonl"), (".ndjson", "jsonl")):
         if name.endswith(suffix):
             return fmt
-    raise ValueError(f"{path}: unknown event file type (expected .parquet, .csv, .tsv, .jsonl)")
+    raise ValueError(f"{path}: unknown event file type (expected .parquet, .csv, .tsv, .jsonl, the text ones "
+                     "optionally .gz, .zst or .bz2)")

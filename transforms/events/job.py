@@ -141,8 +141,7 @@ class _SampleFileFn(beam.DoFn):
 def _partitions(found: tuple, limit: int, root: str) -> list[EventRange]:
     ranges = split_file(found[0], found[1], limit, root=root)
     if ranges[0].not_split:
-        _LOG.warning("%s: larger than max_partition_bytes but read whole, not split: %s", found[0],
-                     ranges[0].not_split)
+        _LOG.warning("%s: read whole, not split: %s", found[0], ranges[0].not_split)
     return ranges
 
 

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shardmill.transforms.common.discovery import GLOB_CHARS
-from shardmill.transforms.events.formats import format_of
+from shardmill.transforms.events.formats import compression_of, format_of
 from shardmill.transforms.events.record_ends import SCAN_BLOCK_BYTES, RecordEndScanner
 
 
@@ -121,6 +121,9 @@ def split_file(path: str, size: int, max_bytes: int, opener=None, root: str = ""
 
     relative = relative_name(path, root) if root else ""
     whole = [EventRange(path, relative=relative)]
+    codec = compression_of(path)
+    if codec:
+        return [EventRange(path, relative=relative, not_split=f"{codec}-compressed: a compressed stream is read whole")]
     if size <= max_bytes:
         return whole
     try:

@@ -29,7 +29,8 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from shardmill.transforms.common.dead_letter import DeadLetter
-from shardmill.transforms.events.formats import EventReadOptions, delimiter, format_of
+from shardmill.transforms.events.formats import (MAX_DECOMPRESSED_BYTES, EventReadOptions, compression_of, delimiter,
+                                                 format_of)
 from shardmill.transforms.events.labels import is_label_type, target_mask
 from shardmill.transforms.events.partitions import EventRange
 
@@ -166,10 +167,26 @@ def _read_jsonl(path: str, text: bytes, lines: _TextLines, dead: list[DeadLetter
     return pa.Table.from_pylist(values), lambda rows: [row_lines[r] for r in rows]
 
 
+def _decompressed(f, codec: str, path: str) -> bytes:
+    """The whole decompressed stream; ValueError past MAX_DECOMPRESSED_BYTES (a bomb is not inflated)."""
+    chunks, total = [], 0
+    with pa.CompressedInputStream(f, codec) as stream:
+        while block := stream.read(8 << 20):
+            total += len(block)
+            if total > MAX_DECOMPRESSED_BYTES:
+                raise ValueError(f"{path}: decompresses to more than {MAX_DECOMPRESSED_BYTES >> 30} GiB (ship the log "
+                                 "in smaller files)")
+            chunks.append(block)
+    return b"".join(chunks)
+
+
 def _read_text(path: str, f, part: EventRange, fmt: str, options: EventReadOptions, dead: list[DeadLetter],
                columns: list[str] | None):
     header = b""
-    if part.end < 0:
+    codec = compression_of(path)
+    if codec:
+        text = _decompressed(f, codec, path)
+    elif part.end < 0:
         text = f.read()
     else:
         if part.start > 0 and fmt != "jsonl" and not options.column_names:

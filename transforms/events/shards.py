@@ -62,6 +62,7 @@ class EventShardFormat(ShardFormat):
                 "partitions": len(read),
                 "partitions_left_out": len(rejected),
                 "files_not_split": sorted(s["partition"] for s in read if "not_split" in s),
+                "files_not_split_why": {s["partition"]: s["not_split"] for s in read if "not_split" in s},
                 "files_skipped": skipped_files(parts),
                 "records_read": records,
                 "records_written": sum(s["rows"] for s in shards),

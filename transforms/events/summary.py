@@ -24,8 +24,18 @@ def render_summary(manifest: dict) -> str:
         lines.insert(-1, f"partitions left out {acc['partitions_left_out']} (column types that can't be unified; "
                          "see the schema_conflict errors)")
     if acc.get("files_not_split"):
-        lines.insert(-1, f"files read whole, not split (a quote inside an unquoted field): "
-                         f"{', '.join(acc['files_not_split'][:5])}" + (" ..." if len(acc["files_not_split"]) > 5 else ""))
+        # Outputs before the reasons were kept had one reason: a quote inside an unquoted field.
+        why = acc.get("files_not_split_why") or {name: "a quote inside an unquoted field"
+                                                 for name in acc["files_not_split"]}
+        by_reason: dict[str, list[str]] = {}
+        for name in acc["files_not_split"]:
+            reason = why.get(name, "a quote inside an unquoted field")
+            # A stray quote's reason names its line and byte (in the manifest); the summary groups them.
+            reason = "a quote inside an unquoted field" if "a quote inside an unquoted field" in reason else reason
+            by_reason.setdefault(reason, []).append(name)
+        for reason, names in sorted(by_reason.items()):
+            lines.insert(-1, f"files read whole, not split ({reason}): {', '.join(names[:5])}"
+                             + (f" ... ({len(names)} files)" if len(names) > 5 else ""))
     return "\n".join(lines)
 
 

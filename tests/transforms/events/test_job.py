@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from shardmill.native_ext import OrderOptions
+from shardmill.native_ext import OrderOptions, load_manifest
 from shardmill.pipelines import cli
 from shardmill.pipelines.config import parse_config, validate
 from shardmill.pipelines.run_job import run_job
@@ -244,3 +244,32 @@ def test_the_summary_names_files_read_whole_and_partitions_left_out(tmp_path, ca
     out = capsys.readouterr().out
     assert "files read whole, not split (a quote inside an unquoted field): stray.csv" in out
     assert "partitions left out 1" in out
+
+
+def test_compressed_logs_in_a_folder_run_like_the_plain_ones_and_the_summary_says_they_are_read_whole(
+        tmp_path, capsys):
+    import gzip
+
+    plain, packed = tmp_path / "plain", tmp_path / "packed"
+    plain.mkdir()
+    packed.mkdir()
+    for day in range(3):
+        rows = "".join(f'{day * 1000 + i},"n\n{i}",{int(i % 7 == 0)}\n' for i in range(400))
+        text = "id,note,clicked\n" + rows + "x,y\n"
+        (plain / f"part-{day}.csv").write_text(text)
+        (packed / f"part-{day}.csv").write_bytes(gzip.compress(text.encode()))
+        (packed / f"part-{day}.csv").rename(packed / f"part-{day}.csv.gz")
+    outputs = {}
+    for name, directory in (("plain", plain), ("packed", packed)):
+        config = tmp_path / f"{name}.textproto"
+        config.write_text(f'input: "{directory}"\nseed: 5\noutput {{ num_shards: 2 }}\nmax_error_fraction: 0.1\n'
+                          'label_sampling { label_column: "clicked" ratio: 100 }\n')  # keeps every row
+        assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / f"out-{name}")]) == 0
+        outputs[name] = capsys.readouterr().out
+        manifest = load_manifest(str(tmp_path / f"out-{name}"))
+        outputs[name + "_rows"] = read_rows(str(tmp_path / f"out-{name}"), manifest).drop_columns(["_partition"])
+    assert outputs["plain_rows"].num_rows > 100
+    assert outputs["packed_rows"].sort_by("id").to_pydict() == outputs["plain_rows"].sort_by("id").to_pydict()
+    assert ("files read whole, not split (gzip-compressed: a compressed stream is read whole): part-0.csv.gz, "
+            "part-1.csv.gz, part-2.csv.gz") in outputs["packed"]
+    assert "malformed_row 3" in outputs["packed"]

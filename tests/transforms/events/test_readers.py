@@ -299,3 +299,59 @@ def test_json_lines_end_only_at_newlines_not_at_unicode_line_separators(tmp_path
     part = read(path)
     assert part.table["id"].to_pylist() == [1, 3] and part.table["note"].to_pylist()[0] == "a\u2028b\u0085c"
     assert sorted(d.member for d in part.dead_letters) == ["line 2", "line 3"]
+
+
+# ---- compressed logs ------------------------------------------------------------------
+
+COMPRESSED_TEXTS = {
+    "csv": 'id,note,clicked\n1,"two\nlines",1\n\n2,x\n3,y,\n4,z,0\n5,w,\n',
+    "tsv": 'id\tnote\tclicked\n1\t"two\nlines"\t1\n\n2\tx\n3\ty\t\n4\tz\t0\n5\tw\t\n',
+    "jsonl": '{"id": 1, "note": "a", "clicked": 1}\n\n{"id": 2, "clicked": null}\n{broken\n{"id": 4, "clicked": 0}\n',
+}
+
+
+def compress(data: bytes, codec: str) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.CompressedOutputStream(sink, codec) as out:
+        out.write(data)
+    return sink.getvalue().to_pybytes()
+
+
+@pytest.mark.parametrize("codec, suffix", [("gzip", ".gz"), ("zstd", ".zst"), ("bz2", ".bz2")])
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl"])
+def test_compressed_logs_read_like_the_plain_file_with_the_same_line_numbers(tmp_path, codec, suffix, fmt):
+    plain = tmp_path / f"events.{fmt}"
+    plain.write_text(COMPRESSED_TEXTS[fmt])
+    packed = tmp_path / f"events.{fmt}{suffix}"
+    packed.write_bytes(compress(COMPRESSED_TEXTS[fmt].encode(), codec))
+    expected, got = read(plain), read(packed)
+    assert got.table.equals(expected.table) and got.table.num_rows >= 2
+    assert got.is_target.equals(expected.is_target)
+    assert [(d.reason, d.member) for d in got.dead_letters] == [(d.reason, d.member) for d in expected.dead_letters]
+    assert got.dead_letters and all(d.path == str(packed) for d in got.dead_letters)
+
+
+def test_a_compressed_log_is_one_partition_and_says_why(tmp_path):
+    packed = tmp_path / "big.csv.gz"
+    packed.write_bytes(compress(("id,clicked\n" + "".join(f"{i},1\n" for i in range(20000))).encode(), "gzip"))
+    ranges = split_file(str(packed), packed.stat().st_size, 100, opener=local_open)
+    assert len(ranges) == 1 and ranges[0].not_split == "gzip-compressed: a compressed stream is read whole"
+
+
+def test_a_compression_bomb_is_a_dead_letter_not_inflated(tmp_path, monkeypatch):
+    from shardmill.transforms.events import readers
+
+    monkeypatch.setattr(readers, "MAX_DECOMPRESSED_BYTES", 1 << 20)
+    packed = tmp_path / "bomb.csv.gz"
+    packed.write_bytes(compress(b"id,clicked\n" + b"1,1\n" * (1 << 20), "gzip"))  # 4 MiB from ~4 kB
+    part = read(packed)
+    assert part.table.num_rows == 0
+    assert [d.reason for d in part.dead_letters] == ["unreadable"]
+    assert "decompresses to more than" in part.dead_letters[0].detail
+
+
+def test_a_truncated_compressed_log_is_one_dead_letter(tmp_path):
+    packed = tmp_path / "cut.jsonl.gz"
+    packed.write_bytes(compress(b'{"clicked": 1}\n' * 1000, "gzip")[:-20])
+    part = read(packed)
+    assert [d.reason for d in part.dead_letters] == ["unreadable"]
