@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.support.paths import REPO
+from tests.support.paths import REPO, SHARED_FIXTURES
 
 
 def python_blocks() -> list[str]:
@@ -17,7 +17,7 @@ def python_blocks() -> list[str]:
 
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory):
-    """A working directory holding out/demo, as `bash dev.sh demo` leaves the repository."""
+    """A working directory holding out/demo, as `bash dev.sh demo` leaves the repository, and out/tokens."""
     work = tmp_path_factory.mktemp("readme")
     data = work / "data" / "default"
     subprocess.run([sys.executable, "-m", "tests.datagen.lc0", str(data)], check=True, cwd=REPO,
@@ -27,6 +27,13 @@ def demo_dir(tmp_path_factory):
                          cwd=str(work), capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     assert (work / "out" / "demo" / "_manifest.json").exists()
+    # out/tokens, for the token example: a Megatron corpus of the shared fixtures.
+    corpus = os.path.join(SHARED_FIXTURES, "megatron", "meg-gpt2-openwebtext_text_document")
+    config = work / "tokens.textproto"
+    config.write_text(f'token_dataset {{ path_prefix: "{corpus}" seq_length: 128 }} output {{ path: "out/tokens" }}')
+    run = subprocess.run([sys.executable, "-m", "shardmill.pipelines.cli", "-q", "run", "--config", str(config)],
+                         cwd=str(work), capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
     return work
 
 

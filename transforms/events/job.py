@@ -16,15 +16,16 @@ import logging
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
 
 from shardmill.transforms.common.discovery import ERRORS, SOURCE_STATS, DiscoverFiles, list_input
 from shardmill.transforms.common.keyed_hash import fingerprint
 from shardmill.transforms.common.spill import write_spill
 from shardmill.transforms.events.formats import EVENT_SUFFIXES, EventReadOptions
 from shardmill.transforms.events.partition_sampling import (exact_bucket, exact_label_counts, exact_rows, one_pass_rows,
-                                                   partition_stats, shard_batches, two_pass_rows)
+                                                            partition_stats, shard_batches, two_pass_rows)
 from shardmill.transforms.events.partitions import EventRange, common_root, split_file
-from shardmill.transforms.events.readers import read_events
+from shardmill.transforms.events.readers import column_names, read_events
 from shardmill.transforms.events.sampling import exact_cut, exact_keep_count, exact_threshold
 from shardmill.transforms.events.schema import PartitionSchema, unify_schemas
 from shardmill.transforms.job import JobOutputs
@@ -158,9 +159,39 @@ class LabelPlan:
     num_shards: int
 
 
-def input_bytes(inputs: list[str]) -> int:
-    """The bytes of every event file the inputs name: an upper bound of the output, known before reading."""
-    return sum(event[2] for item in inputs for event in list_input(item, EVENT_SUFFIXES) if event[0] == "file")
+def input_files(inputs: list[str]) -> list[tuple[str, int]]:
+    """(path, bytes) of every event file the inputs name, in listing order."""
+    return [(event[1], event[2]) for item in inputs for event in list_input(item, EVENT_SUFFIXES)
+            if event[0] == "file"]
+
+
+# Files whose heads are read on the launcher to find the label column before any pipeline runs.
+MAX_PROBED_FILES = 1000
+
+
+def check_label_column(files: list[str], options: EventReadOptions, opener=None) -> None:
+    """ConfigError when no file (of the first MAX_PROBED_FILES readable ones) has the label column.
+
+    Reads only heads, and stops at the first file that has it; a column missing from some files only
+    stays their dead letter. Unreadable files are left to the run, which dead-letters them."""
+    from shardmill.pipelines.config import ConfigError
+
+    first, probed = None, 0
+    for path in files:
+        try:
+            names = column_names(path, options, opener)
+        except (OSError, ValueError, pa.ArrowException):
+            continue
+        if options.label_column in names:
+            return
+        first = first or (path, names)
+        probed += 1
+        if probed >= MAX_PROBED_FILES:
+            break
+    if first is not None:
+        which = "any input file" if probed < MAX_PROBED_FILES else f"the first {probed:,} input files"
+        raise ConfigError(f"label_sampling.label_column: no column {options.label_column!r} in {which} "
+                          f"({first[0]} has: {', '.join(first[1]) or 'no columns'})")
 
 
 class LabelJob(beam.PTransform):

@@ -62,11 +62,14 @@ class LabelsKind(JobKind):
                 raise ConfigError(f"label_sampling.column_types[{column!r}]: {err}") from None
 
     def plan(self, config, inputs):
-        from shardmill.transforms.events.job import LabelPlan, input_bytes
+        from shardmill.transforms.events.job import LabelPlan, check_label_column, input_files
         from shardmill.transforms.output.shard_count import ShardSizing, shard_count
 
-        num_shards = shard_count(input_bytes(inputs), ShardSizing.of(config.output), WRITE_LESS)
-        return LabelPlan(label_spec(config), tuple(inputs), num_shards)
+        files = input_files(inputs)
+        spec = label_spec(config)
+        check_label_column([path for path, _ in files], spec.options)
+        num_shards = shard_count(sum(size for _, size in files), ShardSizing.of(config.output), WRITE_LESS)
+        return LabelPlan(spec, tuple(inputs), num_shards)
 
     def transform(self, config, plan, paths):
         from shardmill.transforms.events.job import LabelJob

@@ -210,6 +210,33 @@ def _read_parquet(f, part: EventRange, columns: list[str] | None, label_column: 
     return table, lambda rows: [f"row {first_row + r}" for r in rows]
 
 
+def column_names(path: str, options: EventReadOptions, opener=None) -> list[str]:
+    """A file's column names from its head only (Parquet footer, CSV/TSV header, first JSON object).
+
+    Raises what reading it raises (OSError, ValueError, ArrowException)."""
+    from shardmill.transforms.common.filesystem import default_opener
+
+    fmt = format_of(path)
+    if fmt != "parquet" and options.column_names:
+        return list(options.column_names)
+    with (opener or default_opener)(path) as f:
+        if fmt == "parquet":
+            return pq.ParquetFile(f).schema_arrow.names
+        codec = compression_of(path)
+        stream = pa.CompressedInputStream(f, codec) if codec else pa.PythonFile(f, mode="r")
+        if fmt == "jsonl":
+            head = b""
+            while b"\n" not in head.lstrip() and (block := stream.read(1 << 16)) and len(head) < (64 << 20):
+                head += block
+            first = next((line for line in head.split(b"\n") if line.strip()), b"{}")
+            value = json.loads(first)
+            return list(value) if isinstance(value, dict) else []
+        read = pacsv.ReadOptions(use_threads=False, block_size=1 << 20)
+        parse = pacsv.ParseOptions(delimiter=delimiter(fmt), newlines_in_values=True,
+                                   invalid_row_handler=lambda row: "skip")
+        return pacsv.open_csv(stream, read_options=read, parse_options=parse).schema.names
+
+
 def read_events(part: str | EventRange, options: EventReadOptions, opener=None,
                 labels_only: bool = False) -> EventPartition:
     """One partition (a file, or an EventRange of one); never raises for bad data (it becomes dead letters).

@@ -273,3 +273,29 @@ def test_compressed_logs_in_a_folder_run_like_the_plain_ones_and_the_summary_say
     assert ("files read whole, not split (gzip-compressed: a compressed stream is read whole): part-0.csv.gz, "
             "part-1.csv.gz, part-2.csv.gz") in outputs["packed"]
     assert "malformed_row 3" in outputs["packed"]
+
+
+def test_a_label_column_no_file_has_is_a_config_error_before_any_pipeline(tmp_path, capsys, monkeypatch):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for i in range(3):
+        (logs / f"part-{i}.csv").write_text("id,user,clicked\n1,a,1\n2,b,0\n")
+    (logs / "part-9.jsonl.gz").write_bytes(__import__("gzip").compress(b'{"id": 1, "clicked": 1}\n'))
+    from shardmill.transforms.events import readers
+
+    probed = []
+    original = readers.column_names
+    monkeypatch.setattr("shardmill.transforms.events.job.column_names",
+                        lambda path, *a, **k: probed.append(path) or original(path, *a, **k))
+    config = tmp_path / "c.textproto"
+    config.write_text(f'input: "{logs}"\nlabel_sampling {{ label_column: "click" }}\n')
+    assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "label_sampling.label_column: no column 'click' in any input file (" in err
+    assert "has: id, user, clicked)" in err or "has: id, clicked)" in err
+    assert not (tmp_path / "o").exists() and len(probed) == 4
+    # A column some files have: the run goes on (the others are dead letters), reading one head to know.
+    probed.clear()
+    config.write_text(f'input: "{logs}"\nmax_error_fraction: 1\nlabel_sampling {{ label_column: "user" }}\n')
+    assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / "o")]) == 0
+    assert len(probed) >= 1 and "missing_label_column 1" in capsys.readouterr().out
