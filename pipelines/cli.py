@@ -22,6 +22,7 @@ import contextlib
 import difflib
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -372,5 +373,17 @@ def main(argv: list[str] | None = None) -> int:
         logs.close()
 
 
+def entry() -> None:
+    """The `shardmill` command: main(), then exit — at once after a signal, so that the in-process runner's
+    worker threads, still finishing steps of the abandoned pipeline, can't keep the process alive (the run's
+    files are already removed and its one line printed)."""
+    code = main()
+    if _received_signals:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -17,10 +17,12 @@ undeclared column as a string (so no row is dropped for it).
 
 from __future__ import annotations
 
+import collections
 import csv
 import dataclasses
 import io
 import json
+import re
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -118,8 +120,10 @@ def _read_csv(path: str, text: bytes, fmt: str, options: EventReadOptions, lines
         return "skip"
 
     header = not options.column_names
-    # Single-threaded parsing is what lets Arrow report the record number of a bad row.
-    read = pacsv.ReadOptions(column_names=list(options.column_names) or None, use_threads=False)
+    # Single-threaded parsing is what lets Arrow report the record number of a bad row; one block for the whole
+    # text, so no field is too long for a block (Arrow's "straddling object").
+    read = pacsv.ReadOptions(column_names=list(options.column_names) or None, use_threads=False,
+                             block_size=min(max(len(text) + 1, 1 << 20), 2**31 - 1))
     parse = pacsv.ParseOptions(delimiter=delimiter(fmt), invalid_row_handler=on_invalid,
                                newlines_in_values=True)
     declared = options.declared_types()
@@ -138,33 +142,123 @@ def _read_csv(path: str, text: bytes, fmt: str, options: EventReadOptions, lines
     for number, detail in sorted(skipped.items()):
         line = lines.line_of_record(number)
         dead.append(DeadLetter(path, "read", "malformed_row", f"line {line}: {detail}", member=f"line {line}"))
-    return table, lambda rows: [f"line {n}" for n in lines.lines_of_rows(rows, set(skipped), header)]
+    locate = lambda rows: [f"line {n}" for n in lines.lines_of_rows(rows, set(skipped), header)]  # noqa: E731
+    return _valid_utf8(table, set(declared), locate, path, dead), locate
+
+
+def _valid_utf8(table: pa.Table, declared: set[str], locate, path: str, dead: list[DeadLetter]) -> pa.Table:
+    """Text columns Arrow read as binary for invalid UTF-8 bytes: those rows are dead letters at their lines,
+    and the column stays a string column (declared binary columns are left as they are)."""
+    bad = set()
+    suspects = [(i, field.name) for i, field in enumerate(table.schema)
+                if pa.types.is_binary(field.type) and field.name not in declared]
+    for i, name in suspects:
+        for row, value in enumerate(table.column(i).to_pylist()):
+            if value is not None:
+                try:
+                    value.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    if row not in bad:
+                        bad.add(row)
+                        where = locate([row])[0]
+                        dead.append(DeadLetter(path, "read", "malformed_row",
+                                               f"{where}: {name}: invalid UTF-8 ({err.reason} at byte {err.start})",
+                                               member=where))
+    if not suspects:
+        return table
+    if bad:
+        keep = pa.array([row not in bad for row in range(table.num_rows)])
+        table = table.filter(keep)
+    # The good rows of every binary column decode; a column that now parses as numbers stays text (as read).
+    binary = {i for i, _ in suspects}
+    return table.cast(pa.schema([f.with_type(pa.string()) if i in binary else f for i, f in enumerate(table.schema)]))
+
+
+_LONG_INTEGER = re.compile(rb"-?\d{19,}")
+
+
+def _beyond_int64(text: bytes) -> bool:
+    """Whether the text holds an integer literal int64 can't hold (digits inside strings count too: a false
+    alarm only costs the slower row-by-row read)."""
+    return any(not -2**63 <= int(m) < 2**63 for m in _LONG_INTEGER.findall(text))
 
 
 def _read_jsonl(path: str, text: bytes, lines: _TextLines, dead: list[DeadLetter]):
     """(table, location of table rows) for JSON lines."""
-    try:
-        table = pajson.read_json(io.BytesIO(text))
-        return table, lambda rows: [f"line {lines.file_line(lines.record_starts()[r])}" for r in rows]
-    except pa.ArrowInvalid:
-        pass  # find the bad lines one by one
+    if not _beyond_int64(text):  # Arrow's reader would make such integers doubles, silently
+        try:
+            table = pajson.read_json(io.BytesIO(text))
+            table.validate(full=True)  # Arrow's JSON reader takes invalid UTF-8 into string columns
+            return table, lambda rows: [f"line {lines.file_line(lines.record_starts()[r])}" for r in rows]
+        except pa.ArrowInvalid:
+            pass  # find the bad lines one by one
     values, row_lines = [], []
     for number, raw in enumerate(text.split(b"\n"), start=1):  # only "\n" ends a line (not U+2028 and kin)
         if not raw.strip():
             continue
-        line = raw.decode("utf-8", errors="replace")
         where = f"line {lines.file_line(number)}"
         try:
-            value = json.loads(line)
-        except ValueError as err:
-            dead.append(DeadLetter(path, "read", "malformed_row", f"{where}: {err}", member=where))
+            value = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
+            reason = "nested too deeply" if isinstance(err, RecursionError) else str(err)
+            dead.append(DeadLetter(path, "read", "malformed_row", f"{where}: {reason}", member=where))
             continue
         if not isinstance(value, dict):
             dead.append(DeadLetter(path, "read", "malformed_row", f"{where}: not a JSON object", member=where))
             continue
         values.append(value)
         row_lines.append(where)
-    return pa.Table.from_pylist(values), lambda rows: [row_lines[r] for r in rows]
+    table, kept = _table_of_rows(values, row_lines, path, dead)
+    return table, lambda rows: [kept[r] for r in rows]
+
+
+def _table_of_rows(values: list[dict], row_lines: list[str], path: str, dead: list[DeadLetter]):
+    """(table, location of its rows) of parsed JSON objects; a row Arrow can't hold beside the others (another
+    type than its column's, an integer beyond int64) is a dead letter at its line instead of losing the file."""
+    try:
+        return pa.Table.from_pylist(values), row_lines
+    except (pa.ArrowException, ValueError, TypeError, OverflowError):
+        pass
+    names = list(dict.fromkeys(name for value in values for name in value))
+    fields = []
+    for name in names:
+        # Each column takes the type most of its values have; the rows that disagree are dead letters.
+        types = collections.Counter()
+        for value in values:
+            if value.get(name) is not None:
+                try:
+                    types[pa.array([value[name]]).type] += 1
+                except (pa.ArrowException, ValueError, TypeError, OverflowError):
+                    pass
+        fields.append(pa.field(name, types.most_common(1)[0][0] if types else pa.null()))
+    schema = pa.schema(fields)
+    kept, kept_lines = [], []
+    for value, where in zip(values, row_lines):
+        try:
+            pa.Table.from_pylist([value], schema=schema)
+        except (pa.ArrowException, ValueError, TypeError, OverflowError) as err:
+            dead.append(DeadLetter(path, "read", "malformed_row", f"{where}: {_row_error(value, schema, err)}",
+                                   member=where))
+            continue
+        kept.append(value)
+        kept_lines.append(where)
+    return pa.Table.from_pylist(kept, schema=schema), kept_lines
+
+
+def _row_error(value: dict, schema: pa.Schema, err: Exception) -> str:
+    """Which field of a JSON row does not fit its column, and why."""
+    for field in schema:
+        if value.get(field.name) is None:
+            continue
+        try:
+            pa.array([value[field.name]], type=field.type)
+        except (pa.ArrowException, ValueError, TypeError, OverflowError):
+            shown = json.dumps(value[field.name])
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            if isinstance(value[field.name], int) and not isinstance(value[field.name], bool):
+                return f"{field.name} = {shown}: an integer beyond int64 (refused rather than rounded)"
+            return f"{field.name} = {shown}: not {field.type}, the type of the column's other values"
+    return str(err)
 
 
 def _decompressed(f, codec: str, path: str) -> bytes:
@@ -259,8 +353,15 @@ def read_events(part: str | EventRange, options: EventReadOptions, opener=None,
                 table, locate = _read_parquet(f, part, columns, label)
             else:
                 table, locate = _read_text(path, f, part, fmt, options, dead, columns)
-    except (OSError, ValueError, pa.ArrowException) as err:
-        dead.append(DeadLetter(path, "read", "unreadable", str(err)))
+    except Exception as err:  # noqa: BLE001  (untrusted input: whatever a reader raises is this file's dead letter)
+        dead.append(DeadLetter(path, "read", "unreadable", str(err) or type(err).__name__))
+        return empty
+    names = table.column_names
+    duplicates = sorted(name for name, n in collections.Counter(names).items() if n > 1)
+    if duplicates:
+        dead.append(DeadLetter(path, "read", "duplicate_columns",
+                               f"column name(s) {', '.join(map(repr, duplicates))} appear more than once "
+                               f"(columns: {', '.join(names)})"))
         return empty
     if label not in table.column_names:
         dead.append(DeadLetter(path, "read", "missing_label_column",

@@ -128,14 +128,15 @@ def unify_schemas(partitions: list[PartitionSchema]) -> EventSchema:
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """table's input columns cast to schema (missing ones null), then its other columns as they are."""
     columns, fields = [], []
+    # Name lookups through dicts and sets made once: wide logs have tens of thousands of columns.
+    index = {name: i for i, name in enumerate(table.column_names)}
     for field in schema:
-        if field.name in table.column_names:
-            columns.append(table[field.name].cast(field.type))
-        else:
-            columns.append(pa.nulls(table.num_rows, field.type))
+        i = index.get(field.name)
+        columns.append(table.column(i).cast(field.type) if i is not None else pa.nulls(table.num_rows, field.type))
         fields.append(field)
-    for name in table.column_names:
-        if name not in schema.names:
-            columns.append(table[name])
-            fields.append(table.schema.field(name))
+    wanted = set(schema.names)
+    for i, field in enumerate(table.schema):
+        if field.name not in wanted:
+            columns.append(table.column(i))
+            fields.append(field)
     return pa.Table.from_arrays(columns, schema=pa.schema(fields))

@@ -82,7 +82,9 @@ class _WriteShardFn(beam.DoFn):
             yield GlobalWindows.windowed_value(self._pending.popleft().result())
 
     def teardown(self):
-        self._pool.shutdown(wait=True)
+        # A finished bundle has no writes left (finish_bundle waits for them); an abandoned one (a signal, a
+        # failed step) must not wait here for writes nobody will commit.
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _finalize(shards, record, dead_letters, parts, paths: RunPaths, shard_format: ShardFormat, config_text: str,

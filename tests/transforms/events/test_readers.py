@@ -355,3 +355,70 @@ def test_a_truncated_compressed_log_is_one_dead_letter(tmp_path):
     packed.write_bytes(compress(b'{"clicked": 1}\n' * 1000, "gzip")[:-20])
     part = read(packed)
     assert [d.reason for d in part.dead_letters] == ["unreadable"]
+
+
+# ---- files Arrow can't take whole, rows it can't take beside the others ------------------------------
+
+def test_duplicate_column_names_are_one_dead_letter_naming_them(tmp_path):
+    path = tmp_path / "dup.csv"
+    path.write_text("id,clicked,id\n1,1,2\n2,0,3\n")
+    part = read(path)
+    assert part.table.num_rows == 0
+    assert [(d.reason, d.detail) for d in part.dead_letters] == [
+        ("duplicate_columns", "column name(s) 'id' appear more than once (columns: id, clicked, id)")]
+
+
+def test_a_json_row_nested_beyond_the_limits_is_a_dead_letter_at_its_line(tmp_path):
+    path = tmp_path / "deep.jsonl"
+    deep = '{"a":' * 1000 + "1" + "}" * 1000
+    path.write_text(f'{{"clicked": 1, "n": 1}}\n{{"clicked": 1, "n": {deep}}}\n{{"clicked": 0, "n": 2}}\n')
+    part = read(path)
+    assert part.table["n"].to_pylist() == [1, 2]
+    assert [(d.member, d.detail) for d in part.dead_letters] == [("line 2", "line 2: nested too deeply")]
+
+
+def test_a_json_row_of_another_type_is_a_dead_letter_and_the_rest_is_kept(tmp_path):
+    path = tmp_path / "mixed.jsonl"
+    path.write_text('{"clicked": 1, "name": "a"}\n{"clicked": 0, "name": {"x": 1}}\n{"clicked": 0, "name": "c"}\n')
+    part = read(path)
+    assert part.table["name"].to_pylist() == ["a", "c"]
+    assert [d.member for d in part.dead_letters] == ["line 2"]
+    assert 'name = {"x": 1}: not string' in part.dead_letters[0].detail
+
+
+def test_json_integers_beyond_int64_are_refused_at_their_line_not_rounded(tmp_path):
+    path = tmp_path / "big.jsonl"
+    path.write_text('{"clicked": 1, "id": 9223372036854775807}\n{"clicked": 18446744073709551617, "id": 1}\n'
+                    '{"clicked": 0, "id": 3}\n')
+    part = read(path)
+    assert part.table["id"].to_pylist() == [9223372036854775807, 3]
+    assert part.table.schema.field("id").type == pa.int64()
+    assert [d.member for d in part.dead_letters] == ["line 2"]
+    assert "18446744073709551617: an integer beyond int64" in part.dead_letters[0].detail
+
+
+@pytest.mark.parametrize("row, column", [(b"2,b\xffd,0", "name"), (b"2,bd,\xff", "clicked")])
+def test_invalid_utf8_is_a_dead_letter_at_its_line_and_the_column_stays_text(tmp_path, row, column):
+    path = tmp_path / "utf.csv"
+    path.write_bytes(b"id,name,clicked\n1,ok,1\n" + row + b"\n3,fine,1\n")
+    part = read(path)
+    assert part.table["id"].to_pylist() == [1, 3]
+    assert part.table.schema.field("name").type == pa.string()
+    assert [d.member for d in part.dead_letters] == ["line 3"]
+    assert f"{column}: invalid UTF-8" in part.dead_letters[0].detail
+
+
+def test_invalid_utf8_in_json_lines_is_a_dead_letter_at_its_line(tmp_path):
+    path = tmp_path / "utf.jsonl"
+    path.write_bytes(b'{"clicked": 1, "name": "a"}\n{"clicked": 0, "name": "b\xff"}\n{"clicked": 0, "name": "c"}\n')
+    part = read(path)
+    assert part.table["name"].to_pylist() == ["a", "c"] and [d.member for d in part.dead_letters] == ["line 2"]
+
+
+def test_a_field_of_megabytes_is_read_with_the_rest_of_its_range(tmp_path):
+    path = tmp_path / "long.csv"
+    rows = "".join(f"{i},n,1\n" for i in range(50))
+    path.write_text("id,note,clicked\n" + rows + f'99,"{"x" * (5 << 20)}",0\n' + rows)
+    part = read(path)
+    assert part.table.num_rows == 101 and not part.dead_letters
+    assert len(part.table["note"][50].as_py()) == 5 << 20

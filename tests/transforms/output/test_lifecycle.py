@@ -133,6 +133,43 @@ def test_a_signal_ends_the_run_with_one_line_removes_its_files_and_keeps_the_old
     assert interrupted >= 1
 
 
+# A label run whose shard writing sleeps: the signal arrives while a write thread is deep in a shard.
+_STUCK_RUN = """
+import sys, time
+from shardmill.transforms.events import shards
+table = shards.EventShardFormat.table
+def stuck(self, *args, **kwargs):
+    time.sleep(300)
+    return table(self, *args, **kwargs)
+shards.EventShardFormat.table = stuck
+from shardmill.pipelines.cli import entry
+sys.argv = ["shardmill", "run", "--config", sys.argv[1]]
+entry()
+"""
+
+
+@pytest.mark.slow
+def test_a_signal_ends_the_run_at_once_while_a_shard_write_is_busy(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.csv").write_text("id,clicked\n1,1\n2,0\n")
+    out = tmp_path / "out"
+    config = tmp_path / "c.textproto"
+    config.write_text(f'input: "{logs}"\noutput {{ path: "{out}" }}\nlabel_sampling {{ label_column: "clicked" }}\n')
+    proc = subprocess.Popen([sys.executable, "-c", _STUCK_RUN, str(config)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(out / "_claim.json") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(3.0)  # into the write step
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert time.monotonic() - sent < 20, "the process outlived its run by the stuck step"
+    assert proc.returncode == 3 and err.strip().splitlines()[-1].startswith("shardmill run: interrupted (SIGTERM)")
+    assert not os.path.exists(out / "_claim.json")
+
+
 @pytest.mark.slow
 def test_a_second_run_on_the_same_output_is_refused_naming_the_first(outputs, lc0_dataset, tmp_path):
     configs, contents, base = outputs
