@@ -137,8 +137,9 @@ def test_a_signal_ends_the_run_with_one_line_removes_its_files_and_keeps_the_old
 _STUCK_RUN = """
 import sys, time
 from shardmill.transforms.events import shards
-table = shards.EventShardFormat.table
+table, cue = shards.EventShardFormat.table, sys.argv[2]
 def stuck(self, *args, **kwargs):
+    open(cue, "w").close()  # the test's cue: a write thread is in the step
     time.sleep(300)
     return table(self, *args, **kwargs)
 shards.EventShardFormat.table = stuck
@@ -156,12 +157,13 @@ def test_a_signal_ends_the_run_at_once_while_a_shard_write_is_busy(tmp_path):
     out = tmp_path / "out"
     config = tmp_path / "c.textproto"
     config.write_text(f'input: "{logs}"\noutput {{ path: "{out}" }}\nlabel_sampling {{ label_column: "clicked" }}\n')
-    proc = subprocess.Popen([sys.executable, "-c", _STUCK_RUN, str(config)], stdout=subprocess.PIPE,
+    cue = tmp_path / "writing"
+    proc = subprocess.Popen([sys.executable, "-c", _STUCK_RUN, str(config), str(cue)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not os.path.exists(out / "_claim.json") and time.monotonic() < deadline:
+    deadline = time.monotonic() + 120
+    while not cue.exists() and time.monotonic() < deadline:
         time.sleep(0.01)
-    time.sleep(3.0)  # into the write step
+    assert cue.exists(), "the run never reached its shard write"
     sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
