@@ -50,6 +50,7 @@ class Dataset:
     shard_paths: list[str]
     columns: list[str]  # the columns to read: as asked, or the output's defaults (default_columns)
     typed: dict[str, np.dtype]  # fixed-size binary columns served as arrays of a dtype (typed_columns)
+    native: list[str]  # columns the native core arranges (servable, no nulls in any shard), in schema order
 
 
 DEFAULT_COLUMNS = "default"  # open_dataset(columns=DEFAULT_COLUMNS): the output's default_columns
@@ -203,36 +204,45 @@ def _resolve_shard(fs: pafs.FileSystem, base: str, location: str, relative, wher
 
 
 def servable(type_: pa.DataType) -> bool:
-    """Column types the native reader serves: fixed_size_binary and fixed-width integers and floats."""
+    """Column types the native core arranges: fixed_size_binary and fixed-width integers and floats (without
+    nulls; every other column is served through Arrow, arrow_columns.py)."""
     return (pa.types.is_fixed_size_binary(type_) or pa.types.is_integer(type_)
             or pa.types.is_float32(type_) or pa.types.is_float64(type_))
 
 
-def _check_footer(fs: pafs.FileSystem, path: str, shard: dict, where: str) -> pa.Schema:
-    """Checks a shard's footer against the manifest; returns its schema."""
+def _check_footer(fs: pafs.FileSystem, path: str, shard: dict, where: str) -> tuple[pa.Schema, set[str]]:
+    """Checks a shard's footer against the manifest; returns its schema and the top-level columns that may
+    hold nulls (a null count above 0, or none recorded, in any row group)."""
     try:
         with fs.open_input_file(path) as f:
             parquet = pq.ParquetFile(f)
             metadata, schema = parquet.metadata, parquet.schema_arrow
             counts = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+            nullable = set()
+            for g in range(metadata.num_row_groups):
+                group = metadata.row_group(g)
+                for c in range(group.num_columns):
+                    chunk = group.column(c)
+                    stats = chunk.statistics
+                    if stats is None or not stats.has_null_count or stats.null_count > 0:
+                        nullable.add(chunk.path_in_schema.split(".")[0])
     except (OSError, pa.ArrowException, ValueError) as err:
         raise _fail(where, f"shard {path} has no readable Parquet footer ({err})") from None
     if counts != shard["row_groups"]:
         raise _fail(where, f"shard {path} has {len(counts)} row groups, the manifest says "
                            f"{len(shard['row_groups'])} (footer: {sum(counts)} rows, manifest: {shard['rows']}; "
                            "the row-group sizes differ)")
-    return schema
+    return schema, nullable
 
 
 def _check_columns(path: str, schema: pa.Schema, columns: list[str], first_schema: pa.Schema | None) -> None:
-    """Each column to read is in the shard, of a type the reader serves, and typed as in the first shard."""
+    """Each column to read is in the shard, and typed as in the first shard."""
     for name in columns:
         if name not in schema.names:
             raise OutputError(f"shard {path} has no column {name!r} (columns: {', '.join(schema.names)})")
+        if schema.get_all_field_indices(name) != [schema.get_field_index(name)]:
+            raise OutputError(f"shard {path}: column {name!r} appears more than once")
         type_ = schema.field(name).type
-        if not servable(type_):
-            raise OutputError(f"shard {path}: column {name!r} is {type_}; the reader serves fixed_size_binary "
-                              "and fixed-width integer and float32/float64 columns")
         if first_schema is not None and first_schema.field(name).type != type_:
             raise OutputError(f"shard {path}: column {name!r} is {type_}, but {first_schema.field(name).type} "
                               "in the first shard")
@@ -242,12 +252,12 @@ def open_dataset(path: str, verify_checksums: bool = False, columns=None) -> Dat
     """The checked dataset at path (see the module doc); OutputError naming the file and field.
 
     verify_checksums also reads every byte of every shard for its SHA-256.
-    columns: names to be read; each must exist in every shard with one type
-    the reader serves (checked from the footers, before any read).
+    columns: names to be read; each must exist once in every shard, with one
+    type (checked from the footers, before any read).
     DEFAULT_COLUMNS: the output's default_columns, checked the same way.
     None: no columns are checked.
     """
-    first_schema = None
+    first_schema, nullable = None, set()
     fs, base, location = locate(path)
     manifest, manifest_path = _read_manifest(fs, base, os.fspath(path))
     check_manifest(manifest, manifest_path)
@@ -274,13 +284,19 @@ def open_dataset(path: str, verify_checksums: bool = False, columns=None) -> Dat
                 raise _fail(where, f"shard {on_fs} cannot be read ({err})") from None
             if digest.hexdigest() != shard["sha256"]:
                 raise OutputError(f"shard {on_fs}: SHA-256 differs from the manifest's")
-        schema = _check_footer(fs, on_fs, shard, where)
+        schema, shard_nullable = _check_footer(fs, on_fs, shard, where)
+        nullable |= shard_nullable
         if columns == DEFAULT_COLUMNS:
             columns = default_columns(manifest, schema)
         _check_columns(on_fs, schema, columns or [], first_schema)
         first_schema = first_schema or schema
         shard_paths.append(for_reader)
-    return Dataset(location, manifest, shard_paths, columns or [], typed_columns(manifest, first_schema))
+    # Event logs hold nulls as data; lc0 and token outputs never write one, so a null there is damage, which
+    # the native core reports (naming shard and column) instead of serving it.
+    if manifest.get("record_format", "lc0") != "events":
+        nullable = set()
+    native = [f.name for f in first_schema if servable(f.type) and f.name not in nullable] if first_schema else []
+    return Dataset(location, manifest, shard_paths, columns or [], typed_columns(manifest, first_schema), native)
 
 
 def load_manifest(path: str, verify_checksums: bool = False) -> dict:

@@ -69,7 +69,9 @@ class _ShardDatasetIterator(grain.DatasetIterator):
 
     def _open(self) -> ShardReader:
         if self._reader is None:
-            self._reader = ShardReader(*self._args, state=self._restore, **self._reader_kwargs)
+            # Grain's elements are numpy: strings, lists and columns with nulls as object arrays.
+            self._reader = ShardReader(*self._args, state=self._restore, arrow_columns_as="numpy",
+                                       **self._reader_kwargs)
             self._restore = None
         return self._reader
 

@@ -38,6 +38,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from shardmill.native_ext._native import NativeError, NativeReader, ReaderOptions
+from shardmill.native_ext.arrow_columns import ARROW_FORMATS, ArrowColumns
 from shardmill.native_ext.checkpoint import (MAX_EPOCH, STATE_VERSION, ElasticEpoch, checked_ranges, elastic_states,
                                              parse_state)
 from shardmill.native_ext.converters import CONVERTERS, Converter
@@ -51,7 +52,9 @@ class ShardReader:
 
     Each batch is a dict: one array per selected column (fixed_size_binary
     columns as (batch, width) uint8, token samples as (batch, seq_length +
-    extra) arrays of their dtype, numeric columns as 1-D arrays), plus
+    extra) arrays of their dtype, numeric columns as 1-D arrays; strings,
+    binary, lists, dictionaries and columns with nulls as Arrow arrays, or
+    numpy object arrays with arrow_columns_as="numpy"), plus
     `record_index` (int64: the record's position in the dataset, stable
     across epochs and ranks), `record_seed` (uint64: keyed hash of (seed,
     record_index), for stateless reproducible augmentations; mix in `epoch`
@@ -80,11 +83,14 @@ class ShardReader:
       start_epoch: begin at the start of this epoch (its order is the one a
         reader started at 0 serves in that epoch); num_epochs still counts
         from epoch 0, so it must be larger. Not with `state`.
+      arrow_columns_as: "arrow" (pyarrow arrays, nulls kept) or "numpy"
+        (object arrays, None for nulls) for the columns the native core does
+        not arrange (arrow_columns.py).
 
     Threads: a reader may be shared; next() and state() calls are serialised,
     so each caller gets whole, distinct batches. Columns are checked against
-    every shard's footer at construction: a missing column or a type the
-    reader does not serve (e.g. float16) is an OutputError naming both.
+    every shard's footer at construction: a missing column, or one typed
+    differently in two shards, is an OutputError naming both.
     """
 
     def __init__(
@@ -101,9 +107,12 @@ class ShardReader:
         converter: Converter | None = None,
         state: bytes | None = None,
         start_epoch: int = 0,
+        arrow_columns_as: str = "arrow",
     ):
         if isinstance(columns, str):
             raise TypeError("columns must be a sequence of column names, not a string")
+        if arrow_columns_as not in ARROW_FORMATS:
+            raise ValueError(f"arrow_columns_as must be one of {', '.join(ARROW_FORMATS)}, got {arrow_columns_as!r}")
         order = check_type("order_options", order_options, OrderOptions)
         shard = check_type("shard_options", shard_options, ShardOptions)
         read = check_type("read_options", read_options, ReadOptions)
@@ -117,6 +126,19 @@ class ShardReader:
                 raise ValueError(f"the converter reads column(s) {', '.join(missing)}: select them")
         self._typed = dataset.typed
         self._manifest = dataset.manifest
+        # The native core arranges fixed-width columns without nulls; the others come through Arrow for the rows
+        # of each native batch. A batch of Arrow-served columns only is ordered through a native carrier column.
+        self._native_columns = [c for c in columns if c in dataset.native]
+        self._carrier = None
+        if not self._native_columns:
+            if not dataset.native:
+                raise OutputError(f"{path}: no fixed-width column without nulls to order its rows by "
+                                  f"(columns: {', '.join(f['name'] for f in self._manifest.get('schema', []))})")
+            self._carrier = dataset.native[0]
+            self._native_columns = [self._carrier]
+        arrow = [c for c in columns if c not in dataset.native]
+        self._arrow = ArrowColumns(dataset.shard_paths, [s["row_groups"] for s in self._manifest["shards"]], arrow,
+                                   arrow_columns_as, 2 * order.window_row_groups) if arrow else None
         self._settings = {
             "dataset": self._dataset_fingerprint(),
             "batch_size": int(batch_size),
@@ -160,9 +182,10 @@ class ShardReader:
         options = ReaderOptions()
         for shard_path, shard in zip(self._shard_paths, self._manifest["shards"]):
             options.add_shard(shard_path, list(shard["row_groups"]))
-        for name in ("columns", "batch_size", "drop_remainder", "shard_index", "shard_count", "num_epochs", "seed",
+        for name in ("batch_size", "drop_remainder", "shard_index", "shard_count", "num_epochs", "seed",
                      "shuffle", "window_row_groups"):
             setattr(options, name, self._settings[name])
+        options.columns = self._native_columns
         options.num_threads, options.prefetch_windows = self._read.num_threads, self._read.prefetch_windows
         options.start_epoch, options.start_position = start_epoch, start_position
         if self._converter is not None:
@@ -239,6 +262,10 @@ class ShardReader:
         for name, dtype in self._typed.items():
             if name in batch:  # token samples: (batch, row bytes) uint8 viewed as (batch, tokens) of their dtype
                 batch[name] = batch[name].view(dtype)
+        if self._arrow is not None:
+            self._arrow.add(batch)
+        if self._carrier is not None:
+            del batch[self._carrier]
         if self._converter is not None:
             self._converter.finish(batch)
         return batch
@@ -281,6 +308,8 @@ class ShardReader:
         """Stops the decoding threads (idempotent)."""
         if self._elastic is not None:
             self._elastic.close()
+        if self._arrow is not None:
+            self._arrow.close()
         self._native.stop()
 
     def __enter__(self) -> "ShardReader":

@@ -34,6 +34,7 @@ import multiprocessing
 from typing import Iterator, Sequence
 
 import numpy as np
+import pyarrow as pa
 import torch
 import torch.distributed
 import torch.utils.data
@@ -47,14 +48,22 @@ MAX_WORKERS = 256  # DataLoader workers per dataset whose passes are counted
 
 def _tensors(batch: dict, planes: str | None) -> dict:
     """A batch's arrays as torch tensors (bfloat16 planes, which numpy holds as their uint16 bits, as bfloat16)."""
-    out = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in batch.items()}
+    out = {}
+    for k, v in batch.items():
+        if isinstance(v, np.ndarray) and v.dtype != object:
+            out[k] = torch.from_numpy(v)
+        elif isinstance(v, (np.ndarray, pa.Array)):  # strings, lists, columns with nulls: Python lists
+            out[k] = v.tolist() if isinstance(v, np.ndarray) else v.to_pylist()
+        else:
+            out[k] = v
     if planes == "bfloat16" and "planes" in out:
         out["planes"] = out["planes"].view(torch.bfloat16)
     return out
 
 
 class ShardIterableDataset(torch.utils.data.IterableDataset):
-    """Yields dicts of torch tensors (frames as uint8 (batch, width)), plus `epoch`.
+    """Yields dicts of torch tensors (frames as uint8 (batch, width)), plus `epoch`; strings, lists and
+    columns with nulls as Python lists.
 
     rank / world_size default to torch.distributed's when it is initialized,
     else 0 / 1; the dataset makes each worker's ShardOptions from them.

@@ -460,7 +460,6 @@ def test_schema_mismatch_between_shards_raises(broken):
 @pytest.mark.parametrize(
     "kwargs,message",
     [
-        (dict(columns=["source"]), "column 'source' is string"),
         (dict(columns=["nope"]), "no column 'nope'"),
         (dict(batch_size=0), "batch_size must be >= 1"),
     ],
