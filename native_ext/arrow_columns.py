@@ -6,8 +6,8 @@ which rows a batch holds (`record_index`: the row's position in the
 dataset, shards in manifest order). This module decodes the row groups
 those rows live in through pyarrow (only the Arrow-served columns, each row
 group once while it stays in a small cache: a batch's rows come from the
-row groups of one window), takes the rows, and puts them in the batch's
-order: Arrow arrays (validity kept; strings and lists zero-copy from the
+row groups of one window), keeps the cached ones laid out as one table, and
+takes the batch's rows from it in one `take`: Arrow arrays (validity kept; strings and lists zero-copy from the
 decoded row group's buffers, after one `take`), or numpy object arrays on
 request.
 """
@@ -45,6 +45,8 @@ class ArrowColumns:
         self._numpy = as_format == "numpy"
         self._capacity = max(1, cached_row_groups)
         self._cache: collections.OrderedDict[int, pa.Table] = collections.OrderedDict()
+        self._offset = np.full(len(self._groups), -1, dtype=np.int64)  # row group -> its first row in _table
+        self._table: pa.Table | None = None
         self._files: collections.OrderedDict[int, pq.ParquetFile] = collections.OrderedDict()
         self._lock = threading.Lock()
 
@@ -63,38 +65,39 @@ class ArrowColumns:
             self._files.popitem(last=False)[1].close()
         return parquet
 
-    def _row_group(self, group: int) -> pa.Table:
-        if group in self._cache:
-            self._cache.move_to_end(group)
-            return self._cache[group]
-        shard, index = self._groups[group]
-        table = self._file(shard).read_row_group(index, columns=self.columns)
-        self._cache[group] = table
-        while len(self._cache) > self._capacity:
-            self._cache.popitem(last=False)
-        return table
+    def _arrange(self, needed: np.ndarray) -> None:
+        """Decodes the needed row groups not cached (evicting the least recently used others) and lays the cached
+        ones out as one table, so a batch is one `take` from it."""
+        for group in needed.tolist():
+            if group in self._cache:
+                self._cache.move_to_end(group)
+            else:
+                shard, index = self._groups[group]
+                self._cache[group] = self._file(shard).read_row_group(index, columns=self.columns)
+        keep = set(needed.tolist())
+        for group in list(self._cache):
+            if len(self._cache) <= self._capacity:
+                break
+            if group not in keep:
+                del self._cache[group]
+        self._offset[:] = -1
+        offset = 0
+        for group, table in self._cache.items():
+            self._offset[group] = offset
+            offset += table.num_rows
+        self._table = pa.concat_tables(list(self._cache.values())).combine_chunks()
 
     def add(self, batch: dict) -> None:
         """Adds each Arrow-served column to the batch, rows in the batch's order."""
         rows = np.asarray(batch["record_index"], dtype=np.int64)
         groups = np.searchsorted(self._starts, rows, side="right") - 1
-        order = np.argsort(groups, kind="stable")
-        present, first = np.unique(groups[order], return_index=True)
-        bounds = list(first) + [len(order)]
         with self._lock:
-            pieces = [self._row_group(int(g)).take(pa.array(rows[order[bounds[i]:bounds[i + 1]]] - self._starts[g]))
-                      for i, g in enumerate(present)]
-        table = pa.concat_tables(pieces) if pieces else self._empty()
-        inverse = np.empty(len(order), dtype=np.int64)
-        inverse[order] = np.arange(len(order))
-        table = table.take(pa.array(inverse))
+            if self._table is None or (len(groups) and (self._offset[groups] < 0).any()):
+                self._arrange(np.unique(groups) if len(groups) else np.zeros(1, dtype=np.int64))
+            taken = self._table.take(pa.array(self._offset[groups] + rows - self._starts[groups]))
         for name in self.columns:
-            column = table.column(name).combine_chunks()
+            column = taken.column(name).combine_chunks()
             batch[name] = column.to_numpy(zero_copy_only=False) if self._numpy else column
-
-    def _empty(self) -> pa.Table:
-        with self._lock:
-            return self._row_group(0).slice(0, 0)
 
     def close(self) -> None:
         with self._lock:
@@ -102,3 +105,4 @@ class ArrowColumns:
                 parquet.close()
             self._files.clear()
             self._cache.clear()
+            self._table = None
