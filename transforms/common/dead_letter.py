@@ -25,9 +25,13 @@ class DeadLetter:
     detail: str  # human-readable explanation
     member: str = ""  # tar member name, if any
     chunk: int = -1  # chunk ordinal within the source, -1 if not a single chunk
+    records: int = 1  # input records it stands for (a lost file: its records); -1: unknown, estimated from bytes
+    bytes: int = 0  # bytes of the input it stands for, when its records are unknown
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        # records and bytes only where they say more than "one record".
+        return {k: v for k, v in dataclasses.asdict(self).items()
+                if not ((k == "records" and v == 1) or (k == "bytes" and v == 0))}
 
 
 def count_reasons(dead_letters: list[dict]) -> dict:

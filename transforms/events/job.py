@@ -132,6 +132,8 @@ class _SampleFileFn(beam.DoFn):
         stats = partition_stats(part, rows)
         if event_range.not_split:
             stats["not_split"] = event_range.not_split
+        # Bytes that gave records: the run's records per byte, which prices a file lost with its records unknown.
+        stats["bytes"] = max(event_range.size, 0) if stats["records"] else 0
         yield beam.pvalue.TaggedOutput(STATS, {"partition": stats})
         name = f"events-{fingerprint(event_range.path):016x}-{event_range.index:05d}.arrow"
         self._paths.check_live()

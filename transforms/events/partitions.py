@@ -42,6 +42,7 @@ class EventRange:
     header_end: int = 0
     relative: str = ""  # the path relative to the inputs' root; "" for the basename
     not_split: str = ""  # why a file over the partition size is one partition anyway
+    size: int = -1  # bytes of the file (or of its share for a range), -1 unknown; estimates what a loss costs
 
     @property
     def name(self) -> str:
@@ -92,7 +93,7 @@ def _text_ranges(path: str, f, size: int, fmt: str, max_bytes: int, relative: st
     while block := f.read(SCAN_BLOCK_BYTES):
         ends, newlines = scanner.feed(block)
         if scanner.why:
-            return [EventRange(path, relative=relative, not_split=scanner.why)]
+            return [EventRange(path, relative=relative, not_split=scanner.why, size=size)]
         if header_end < 0 and len(ends):
             header_end = int(ends[0])
         while True:  # the first record end at or after each nominal cut, never the file's end
@@ -108,7 +109,7 @@ def _text_ranges(path: str, f, size: int, fmt: str, max_bytes: int, relative: st
     cuts.append(size)
     header_end = header_end if header_end >= 0 else size
     return [EventRange(path, i, len(cuts) - 1, start=a, end=b, first_line=line, header_end=header_end,
-                       relative=relative)
+                       relative=relative, size=b - a)
             for i, (a, b, line) in enumerate(zip(cuts[:-1], cuts[1:], first_lines))]
 
 
@@ -120,10 +121,11 @@ def split_file(path: str, size: int, max_bytes: int, opener=None, root: str = ""
     from shardmill.transforms.common.filesystem import default_opener
 
     relative = relative_name(path, root) if root else ""
-    whole = [EventRange(path, relative=relative)]
+    whole = [EventRange(path, relative=relative, size=size)]
     codec = compression_of(path)
     if codec:
-        return [EventRange(path, relative=relative, not_split=f"{codec}-compressed: a compressed stream is read whole")]
+        return [EventRange(path, relative=relative, size=size,
+                           not_split=f"{codec}-compressed: a compressed stream is read whole")]
     if size <= max_bytes:
         return whole
     try:
@@ -139,7 +141,9 @@ def split_file(path: str, size: int, max_bytes: int, opener=None, root: str = ""
                     cuts.append(g + 1)
                     acc = 0
             cuts.append(metadata.num_row_groups)
-            return [EventRange(path, i, len(cuts) - 1, first_group=a, end_group=b, relative=relative)
+            groups = max(1, metadata.num_row_groups)
+            return [EventRange(path, i, len(cuts) - 1, first_group=a, end_group=b, relative=relative,
+                               size=size * (b - a) // groups)
                     for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]
     except (OSError, ValueError, pa.ArrowException):
         return whole  # reading it whole reports what is wrong

@@ -354,24 +354,26 @@ def read_events(part: str | EventRange, options: EventReadOptions, opener=None,
             else:
                 table, locate = _read_text(path, f, part, fmt, options, dead, columns)
     except Exception as err:  # noqa: BLE001  (untrusted input: whatever a reader raises is this file's dead letter)
-        dead.append(DeadLetter(path, "read", "unreadable", str(err) or type(err).__name__))
+        dead.append(DeadLetter(path, "read", "unreadable", str(err) or type(err).__name__, records=-1,
+                               bytes=max(part.size, 0)))
         return empty
     names = table.column_names
     duplicates = sorted(name for name, n in collections.Counter(names).items() if n > 1)
     if duplicates:
         dead.append(DeadLetter(path, "read", "duplicate_columns",
                                f"column name(s) {', '.join(map(repr, duplicates))} appear more than once "
-                               f"(columns: {', '.join(names)})"))
+                               f"(columns: {', '.join(names)})", records=table.num_rows))
         return empty
     if label not in table.column_names:
         dead.append(DeadLetter(path, "read", "missing_label_column",
-                               f"no column {label!r} (columns: {', '.join(table.column_names)})"))
+                               f"no column {label!r} (columns: {', '.join(table.column_names)})",
+                               records=table.num_rows))
         return empty
     labels = table[label]
     if not is_label_type(labels.type):
         dead.append(DeadLetter(path, "read", "unsupported_label_type",
                                f"column {label!r} is {labels.type}: labels must be strings, integers, floats "
-                               "or booleans"))
+                               "or booleans", records=table.num_rows))
         return empty
     missing = pc.is_null(labels)
     if pc.any(missing).as_py():

@@ -121,7 +121,8 @@ def unify_schemas(partitions: list[PartitionSchema]) -> EventSchema:
                      for f in p.schema if not _converts(f.type, chosen[f.name])]
         if conflicts:
             rejected[p.name] = "; ".join(conflicts) + " (no lossless conversion): its rows are left out"
-            dead.append(DeadLetter(p.path, "schema", "schema_conflict", rejected[p.name], member=p.name))
+            dead.append(DeadLetter(p.path, "schema", "schema_conflict", rejected[p.name], member=p.name,
+                                   records=p.records))
     return EventSchema(pa.schema([pa.field(name, chosen[name]) for name in chosen]), rejected, tuple(dead))
 
 

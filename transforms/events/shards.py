@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -24,6 +26,22 @@ def event_shard_table(batches: list[pa.RecordBatch], identity_columns: list[str]
         return table.drop_columns(["order_key"]) if "order_key" in table.column_names else table
     order = pc.sort_indices(table, sort_keys=[(c, "ascending") for c in ["order_key", *identity_columns]])
     return table.take(order).drop_columns(["order_key"])
+
+
+def records_lost(dead_letters: list[dict], records_read: int, bytes_read: int) -> tuple[int, int]:
+    """(records the dead letters stand for, how many of them are estimates).
+
+    A bad row is one record; a file or range lost whole counts its records
+    when they were read, else its bytes at the run's records per byte (one
+    record a file when the run read nothing to measure by)."""
+    lost = estimated = 0
+    for d in dead_letters:
+        n = d.get("records", 1)
+        if n < 0:
+            n = max(1, math.ceil(d.get("bytes", 0) * records_read / bytes_read)) if bytes_read else 1
+            estimated += n
+        lost += n
+    return lost, estimated
 
 
 class EventShardFormat(ShardFormat):
@@ -56,6 +74,8 @@ class EventShardFormat(ShardFormat):
         read = [p["partition"] for p in parts if "partition" in p]
         stats = [s for s in read if s["partition"] not in rejected]
         records = sum(s["records"] for s in read)
+        lost, estimated = records_lost(dead_letters, records, sum(s.get("bytes", 0) for s in read))
+        conflicts = sum(d.get("records", 1) for d in dead_letters if d["reason"] == "schema_conflict")
         return {
             "label_sampling": label_sampling_stats(stats, self._ratio, self._mode),
             "accounting": {
@@ -67,6 +87,10 @@ class EventShardFormat(ShardFormat):
                 "records_read": records,
                 "records_written": sum(s["rows"] for s in shards),
                 "errors_by_reason": count_reasons(dead_letters),
-                "error_fraction": len(dead_letters) / (records + len(dead_letters)) if records or dead_letters else 0.0,
+                "records_lost": lost,
+                "records_lost_estimated": estimated,
+                # A partition left out for its schema was read (its records are in records_read); any other loss
+                # is input the run never got as rows.
+                "error_fraction": lost / (records + lost - conflicts) if records + lost - conflicts else 0.0,
             },
         }

@@ -299,3 +299,32 @@ def test_a_label_column_no_file_has_is_a_config_error_before_any_pipeline(tmp_pa
     config.write_text(f'input: "{logs}"\nmax_error_fraction: 1\nlabel_sampling {{ label_column: "user" }}\n')
     assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / "o")]) == 0
     assert len(probed) >= 1 and "missing_label_column 1" in capsys.readouterr().out
+
+
+def test_the_error_budget_counts_the_records_a_lost_file_held(tmp_path, capsys):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    rng = np.random.default_rng(1)  # random values: bytes grow with rows, as in real logs
+    pq.write_table(pa.table({"x": rng.random(100), "clicked": [i % 2 for i in range(100)]}), logs / "good.parquet")
+    big = logs / "big.parquet"
+    pq.write_table(pa.table({"x": rng.random(1000), "clicked": [i % 2 for i in range(1000)]}), big)
+    big.write_bytes(big.read_bytes()[:-100])  # truncated: unreadable, its records unknown
+    config = tmp_path / "c.textproto"
+    config.write_text(f'input: "{logs}"\nmax_error_fraction: 0.2\nlabel_sampling {{ label_column: "clicked" }}\n')
+    assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / "o")]) == 1
+    assert "of the input was bad" in capsys.readouterr().err
+    report = json.loads(next((tmp_path / "o" / "_rejected").glob("*manifest.json")).read_text())
+    acc = report["stats"]["accounting"]
+    # The lost file is estimated from its bytes at the good file's records per byte: far more than one record.
+    assert 500 < acc["records_lost"] == acc["records_lost_estimated"] < 1500 and acc["error_fraction"] > 0.5
+
+
+def test_a_file_without_the_label_column_counts_its_rows_against_the_budget(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.csv").write_text("id,clicked\n" + "".join(f"{i},{i % 2}\n" for i in range(100)))
+    (logs / "b.csv").write_text("id,other\n" + "".join(f"{i},1\n" for i in range(300)))
+    manifest = run_config([str(logs)], tmp_path / "o", 'label_column: "clicked" ratio: 1')
+    acc = manifest["stats"]["accounting"]
+    assert acc["records_lost"] == 300 and acc["records_lost_estimated"] == 0
+    assert acc["error_fraction"] == pytest.approx(300 / 400)
