@@ -17,7 +17,8 @@ def python_blocks() -> list[str]:
 
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory):
-    """A working directory holding out/demo, as `bash dev.sh demo` leaves the repository, and out/tokens."""
+    """A working directory holding out/demo, as `bash dev.sh demo` leaves the repository, out/tokens and
+    out/clicks."""
     work = tmp_path_factory.mktemp("readme")
     data = work / "data" / "default"
     subprocess.run([sys.executable, "-m", "tests.datagen.lc0", str(data)], check=True, cwd=REPO,
@@ -31,6 +32,15 @@ def demo_dir(tmp_path_factory):
     corpus = os.path.join(SHARED_FIXTURES, "megatron", "meg-gpt2-openwebtext_text_document")
     config = work / "tokens.textproto"
     config.write_text(f'token_dataset {{ path_prefix: "{corpus}" seq_length: 128 }} output {{ path: "out/tokens" }}')
+    run = subprocess.run([sys.executable, "-m", "shardmill.pipelines.cli", "-q", "run", "--config", str(config)],
+                         cwd=str(work), capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    # out/clicks, for the label example: a small click log.
+    logs = work / "logs"
+    logs.mkdir()
+    (logs / "day-1.csv").write_text("user,clicked\n" + "".join(f"u{i},{int(i % 9 == 0)}\n" for i in range(500)))
+    config = work / "clicks.textproto"
+    config.write_text('input: "logs"\nlabel_sampling { label_column: "clicked" } output { path: "out/clicks" }')
     run = subprocess.run([sys.executable, "-m", "shardmill.pipelines.cli", "-q", "run", "--config", str(config)],
                          cwd=str(work), capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
