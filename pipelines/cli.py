@@ -23,6 +23,7 @@ import difflib
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -155,8 +156,9 @@ def _run(args, beam_args) -> int:
     counters: dict[str, int] = {}
     report: dict[str, str] = {}
     try:
-        manifest = run_lib.run_job(config, inputs, config.output.path, PipelineOptions(beam_args),
-                                   break_claim=args.break_claim, counters=counters, report=report)
+        with _worker_noise_filtered(_spawns_workers(beam_args, args.verbose)):
+            manifest = run_lib.run_job(config, inputs, config.output.path, PipelineOptions(beam_args),
+                                       break_claim=args.break_claim, counters=counters, report=report)
     except run_lib.ErrorBudgetExceeded as err:
         print(kind.render_summary(err.manifest))
         print(f"shardmill run: error: {err}", file=sys.stderr)
@@ -308,6 +310,53 @@ def _local_worker_logs(beam_args: list[str], verbose: bool) -> list[str]:
     if verbose or chosen or not is_local_run(PipelineOptions(beam_args)):
         return beam_args
     return [*beam_args, "--default_sdk_harness_log_level=WARNING"]
+
+
+# A worker process's own log lines (Beam's logging format, before and beside the level it is given): import-time
+# warnings, "Logging handler created", "Discarding unparseable args". Errors and anything else pass.
+_WORKER_NOISE = re.compile(r"^(DEBUG|INFO|WARNING):(?!shardmill[.:])[\w.]*:")
+
+
+def _spawns_workers(beam_args: list[str], verbose: bool) -> bool:
+    """Whether this local run starts worker processes whose start-up lines would reach the terminal."""
+    from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
+
+    from shardmill.pipelines.runner import is_local_run
+
+    options = PipelineOptions(beam_args)
+    return (not verbose and is_local_run(options)
+            and options.view_as(DirectOptions).direct_running_mode == "multi_processing")
+
+
+@contextlib.contextmanager
+def _worker_noise_filtered(enabled: bool):
+    """Standard error (file descriptor 2, which worker processes inherit) through a filter that drops the
+    workers' own INFO/WARNING lines; every other line passes, in order."""
+    if not enabled:
+        yield
+        return
+    sys.stderr.flush()
+    terminal = os.dup(2)
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+
+    def pump():
+        with os.fdopen(read_end, "rb") as source:
+            for line in source:
+                if not _WORKER_NOISE.match(line.decode("utf-8", errors="replace")):
+                    os.write(terminal, line)
+
+    thread = threading.Thread(target=pump, name="shardmill-stderr-filter", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(terminal, 2)  # the pipe ends when the workers, which hold it too, are gone
+        thread.join(timeout=5)
+        if not thread.is_alive():
+            os.close(terminal)
 
 
 def _missing_job_dependency(err: BaseException) -> bool:

@@ -130,7 +130,25 @@ def test_a_local_run_reports_progress_per_stage_and_its_counters(job):
     assert all(TIMESTAMPED.match(line) for stage in progress.values() for line in stage)
     assert re.search(r"load: \d+ tasks, ([\d,]+) of \1 records \(100%\)", progress["load"][-1])
     assert progress["write"][-1].split("write: ")[1].startswith("2 of 2 shards")
-    # The workers' own INFO lines stay out (Beam's worker logs one before it applies the level).
-    assert not [line for line in lines if line.startswith("INFO:") and "Logging handler created" not in line]
+    # The workers' own start-up lines (import warnings, "Logging handler created", "Discarding unparseable
+    # args") stay out of the terminal.
+    assert not [line for line in lines if re.match(r"(DEBUG|INFO|WARNING):", line)], result.stderr
     counters = next(line for line in result.stdout.splitlines() if line.startswith("counters"))
     assert "shardmill.index/chunks" in counters and "shardmill.load/records" in counters
+
+
+@pytest.mark.slow
+def test_a_label_run_with_worker_processes_reports_its_sample_stage_and_no_worker_lines(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for day in range(3):
+        (logs / f"day-{day}.csv").write_text("id,clicked\n" + "".join(f"{i},{i % 4 == 0:d}\n" for i in range(2000)))
+    config = tmp_path / "c.textproto"
+    config.write_text(f'input: "{logs}"\nlabel_sampling {{ label_column: "clicked" }}\n')
+    result = shardmill("run", "--config", str(config), "--output", str(tmp_path / "out"),
+                       "--direct_running_mode=multi_processing", "--direct_num_workers=2")
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    sample = [line for line in lines if "progress: sample:" in line]
+    assert sample and re.search(r"3 partitions, 6,000 records, 0 of 0 MiB \(100%\)", sample[-1]), result.stderr
+    assert not [line for line in lines if re.match(r"(DEBUG|INFO|WARNING):", line)], result.stderr

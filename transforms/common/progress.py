@@ -27,7 +27,7 @@ import uuid
 
 _LOG = logging.getLogger(__name__)
 
-STAGES = ("index", "load", "write")
+STAGES = ("index", "load", "sample", "samples", "write")
 
 
 class ProgressLog:
@@ -109,6 +109,24 @@ def format_stage(stage: str, counts: dict[str, float]) -> str:
             line += f", {rate:,.0f} records/s"
             if total > done:
                 line += f", ETA {_eta((total - done) / rate)}"
+        return line
+    if stage == "sample":  # label jobs: partitions read and sampled, by input bytes
+        done, total = counts.get("bytes", 0), counts.get("total_bytes", 0)
+        line = f"sample: {counts.get('partitions', 0):,} partitions, {counts.get('records', 0):,} records"
+        line += f", {done / 2**20:,.0f} of {total / 2**20:,.0f} MiB ({100 * done / total:.0f}%)" if total else ""
+        if seconds > 0 and counts.get("records"):
+            line += f", {counts['records'] / seconds:,.0f} records/s"
+            if total > done and done:
+                line += f", ETA {_eta((total - done) * seconds / done)}"
+        return line
+    if stage == "samples":  # token jobs: ranges of the sample stream materialised
+        done, total = counts.get("samples", 0), counts.get("total_samples", 0)
+        line = f"samples: {counts.get('ranges', 0):,} ranges, {done:,}"
+        line += f" of {total:,} samples ({100 * done / total:.0f}%)" if total else " samples"
+        if seconds > 0 and done:
+            line += f", {done / seconds:,.0f} samples/s"
+            if total > done:
+                line += f", ETA {_eta((total - done) * seconds / done)}"
         return line
     if stage == "write":
         done, total = counts.get("shards", 0), counts.get("total_shards", 0)

@@ -20,8 +20,9 @@ import pyarrow as pa
 
 from shardmill.transforms.common.discovery import ERRORS, SOURCE_STATS, DiscoverFiles, list_input
 from shardmill.transforms.common.keyed_hash import fingerprint
+from shardmill.transforms.common.progress import ProgressLog
 from shardmill.transforms.common.spill import write_spill
-from shardmill.transforms.events.formats import EVENT_SUFFIXES, EventReadOptions
+from shardmill.transforms.events.formats import EVENT_SUFFIXES, EventReadOptions, compression_of
 from shardmill.transforms.events.partition_sampling import (exact_bucket, exact_label_counts, exact_rows, one_pass_rows,
                                                             partition_stats, shard_batches, two_pass_rows)
 from shardmill.transforms.events.partitions import EventRange, common_root, split_file
@@ -112,6 +113,7 @@ class _SampleFileFn(beam.DoFn):
         self._spec = spec
         self._paths = paths
         self._num_shards = num_shards
+        self._progress = ProgressLog(paths.progress_dir)
 
     def process(self, event_range, totals=None, threshold=None):
         spec = self._spec
@@ -130,6 +132,7 @@ class _SampleFileFn(beam.DoFn):
             rate = min(1.0, spec.ratio * targets / non_targets) if non_targets else 0.0
             rows = two_pass_rows(part, rate, spec.seed)
         stats = partition_stats(part, rows)
+        self._progress.record("sample", partitions=1, records=stats["records"], bytes=max(event_range.size, 0))
         if event_range.not_split:
             stats["not_split"] = event_range.not_split
         # Bytes that gave records: the run's records per byte, which prices a file lost with its records unknown.
@@ -143,9 +146,13 @@ class _SampleFileFn(beam.DoFn):
 
 def _partitions(found: tuple, limit: int, root: str) -> list[EventRange]:
     ranges = split_file(found[0], found[1], limit, root=root)
-    if ranges[0].not_split:
+    if ranges[0].not_split and not compression_of(found[0]):  # compressed files are read whole by design
         _LOG.warning("%s: read whole, not split: %s", found[0], ranges[0].not_split)
     return ranges
+
+
+def _report_total_bytes(total: int, progress: ProgressLog) -> None:
+    progress.record("sample", total_bytes=total)
 
 
 def _record(event_schema, label_column: str) -> dict:
@@ -159,6 +166,7 @@ class LabelPlan:
     spec: LabelSpec
     inputs: tuple[str, ...]
     num_shards: int
+    input_bytes: int = 0  # of every event file the inputs name (progress: the sample stage's total)
 
 
 def input_files(inputs: list[str]) -> list[tuple[str, int]]:
@@ -205,9 +213,13 @@ class LabelJob(beam.PTransform):
         self._inputs = list(plan.inputs)
         self._paths = paths
         self._num_shards = plan.num_shards
+        self._input_bytes = plan.input_bytes
 
     def expand(self, pbegin):
         spec = self._spec
+        _ = (pbegin
+             | "InputBytes" >> beam.Create([self._input_bytes])
+             | "ReportInputBytes" >> beam.Map(_report_total_bytes, ProgressLog(self._paths.progress_dir)))
         found = pbegin | "Discover" >> DiscoverFiles(self._inputs, EVENT_SUFFIXES)
         files = (
             found["batches"]

@@ -69,7 +69,7 @@ class LabelsKind(JobKind):
         spec = label_spec(config)
         check_label_column([path for path, _ in files], spec.options)
         num_shards = shard_count(sum(size for _, size in files), ShardSizing.of(config.output), WRITE_LESS)
-        return LabelPlan(spec, tuple(inputs), num_shards)
+        return LabelPlan(spec, tuple(inputs), num_shards, sum(size for _, size in files))
 
     def transform(self, config, plan, paths):
         from shardmill.transforms.events.job import LabelJob

@@ -20,6 +20,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from shardmill.native_ext.kernels import copy_runs
 from shardmill.transforms.common.filesystem import file_size, is_local, read_all, write_bytes_atomically
+from shardmill.transforms.common.progress import ProgressLog
 from shardmill.transforms.common.spill import write_spill
 from shardmill.transforms.job import JobOutputs
 from shardmill.transforms.output.lifecycle import RunPaths
@@ -120,6 +121,7 @@ def _materialize(task, indices_path, prefixes, blended, seq_length, add_extra, t
     paths.check_live()
     batch = sample_batch(start, end, indices_path, prefixes, blended, seq_length, add_extra, tokens_per_epoch,
                          out_dtype, pad_token)
+    ProgressLog(paths.progress_dir).record("samples", ranges=1, samples=end - start)
     return write_spill(f"{paths.spill_dir}/samples-{shard:05d}.arrow", {shard: batch})
 
 
@@ -143,6 +145,11 @@ class TokenJob(beam.PTransform):
             | "Indices" >> beam.Create([plan.indices_npz])
             | "KeepIndices" >> beam.Map(_write_indices, f"{self._paths.metadata_dir}/{INDICES_NAME}")
         )
+        total = plan.tasks[-1][2] if plan.tasks else 0
+        _ = (pbegin
+             | "TotalSamples" >> beam.Create([total])
+             | "ReportTotal" >> beam.Map(lambda n, progress: progress.record("samples", total_samples=n),
+                                         ProgressLog(self._paths.progress_dir)))
         refs = (
             pbegin
             | "SampleRanges" >> beam.Create(list(plan.tasks))

@@ -60,3 +60,12 @@ def test_the_printer_logs_a_stage_only_when_its_counts_change(tmp_path, caplog):
     printer.stop()  # idempotent
     lines = [r.getMessage() for r in caplog.records]
     assert lines == ["progress: index: 1 files, 10 chunks", "progress: index: 2 files, 15 chunks"]
+
+
+def test_label_and_token_jobs_report_their_sampling_stages():
+    sample = {"first_t": 0, "last_t": 10, "partitions": 3, "records": 50_000, "bytes": 25 << 20,
+              "total_bytes": 100 << 20}
+    assert format_stage("sample", sample) == \
+        "sample: 3 partitions, 50,000 records, 25 of 100 MiB (25%), 5,000 records/s, ETA 0:30"
+    samples = {"first_t": 0, "last_t": 4, "ranges": 2, "samples": 1000, "total_samples": 2000}
+    assert format_stage("samples", samples) == "samples: 2 ranges, 1,000 of 2,000 samples (50%), 250 samples/s, ETA 0:04"
