@@ -27,6 +27,7 @@ class EventReadOptions:
     target_values: tuple[str, ...] = ("1",)
     column_names: tuple[str, ...] = ()  # text files without a header row: their columns, in order
     column_types: tuple[tuple[str, str], ...] = ()  # (column, Arrow type name) declared for text files
+    hive_partitioning: bool = False  # key=value folders of the partition's relative path as columns
 
     def declared_types(self) -> dict[str, pa.DataType]:
         return {name: arrow_type(alias) for name, alias in self.column_types}

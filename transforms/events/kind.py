@@ -26,7 +26,8 @@ def label_spec(config):
 
     labels = config.label_sampling
     options = EventReadOptions(labels.label_column, tuple(labels.target_values) or ("1",),
-                               tuple(labels.column_names), tuple(sorted(labels.column_types.items())))
+                               tuple(labels.column_names), tuple(sorted(labels.column_types.items())),
+                               labels.hive_partitioning)
     return LabelSpec(options, labels.ratio, label_mode(labels), config.seed, labels.max_partition_bytes)
 
 

@@ -22,7 +22,9 @@ import csv
 import dataclasses
 import io
 import json
+import math
 import re
+import urllib.parse
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -304,6 +306,45 @@ def _read_parquet(f, part: EventRange, columns: list[str] | None, label_column: 
     return table, lambda rows: [f"row {first_row + r}" for r in rows]
 
 
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+
+
+def hive_values(relative: str) -> list[tuple[str, object]]:
+    """The `key=value` folders of a relative path, outermost first, each value typed: int64, double or string
+    (None for Hive's null partition)."""
+    values = []
+    for folder in relative.split("/")[:-1]:
+        key, sep, raw = folder.partition("=")
+        if not sep or not key:
+            continue
+        value = urllib.parse.unquote(raw)
+        if value == HIVE_NULL:
+            values.append((urllib.parse.unquote(key), None))
+            continue
+        try:
+            number = int(value)
+            # An integer int64 can't hold stays its text, not a rounded double.
+            value = number if -2**63 <= number < 2**63 else value
+        except ValueError:
+            try:
+                number = float(value)
+                value = number if math.isfinite(number) else value
+            except ValueError:
+                pass
+        values.append((urllib.parse.unquote(key), value))
+    return values
+
+
+def with_hive_columns(table: pa.Table, relative: str) -> pa.Table:
+    """The table with a constant column per `key=value` folder of its partition (its own columns win)."""
+    for key, value in hive_values(relative):
+        if key in table.column_names:
+            continue
+        type_ = pa.int64() if isinstance(value, int) else pa.float64() if isinstance(value, float) else pa.string()
+        table = table.append_column(key, pa.array([value] * table.num_rows, type=type_))
+    return table
+
+
 def column_names(path: str, options: EventReadOptions, opener=None) -> list[str]:
     """A file's column names from its head only (Parquet footer, CSV/TSV header, first JSON object).
 
@@ -369,6 +410,8 @@ def read_events(part: str | EventRange, options: EventReadOptions, opener=None,
                                f"no column {label!r} (columns: {', '.join(table.column_names)})",
                                records=table.num_rows))
         return empty
+    if options.hive_partitioning:
+        table = with_hive_columns(table, part.relative)
     labels = table[label]
     if not is_label_type(labels.type):
         dead.append(DeadLetter(path, "read", "unsupported_label_type",

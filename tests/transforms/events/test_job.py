@@ -328,3 +328,27 @@ def test_a_file_without_the_label_column_counts_its_rows_against_the_budget(tmp_
     acc = manifest["stats"]["accounting"]
     assert acc["records_lost"] == 300 and acc["records_lost_estimated"] == 0
     assert acc["error_fraction"] == pytest.approx(300 / 400)
+
+
+def test_hive_folders_become_typed_columns_unified_across_files(tmp_path):
+    logs = tmp_path / "logs"
+    layout = {"dt=2026-11-01/country=de/hour=1": 3, "dt=2026-11-01/country=fr/hour=2.5": 2,
+              "dt=2026-11-02/country=__HIVE_DEFAULT_PARTITION__/hour=3": 4, "dt=2026-11-02/country=a%2Fb/hour=4": 1}
+    for folder, rows in layout.items():
+        (logs / folder).mkdir(parents=True)
+        (logs / folder / "part-0.csv").write_text("id,clicked,country_own\n" +
+                                                 "".join(f"{i},1,x\n" for i in range(rows)))
+    manifest = run_config([str(logs)], tmp_path / "o", 'label_column: "clicked" ratio: 1 hive_partitioning: true')
+    table = read_rows(str(tmp_path / "o"), manifest)
+    # hour: int64 in 8 rows, double in 2: no lossless type for both (int64 -> double can round), so the
+    # type most rows have wins and the other file is left out as a schema conflict, as for any column.
+    assert table.schema.field("dt").type == pa.string() and table.schema.field("hour").type == pa.int64()
+    rows = sorted(set(zip(table["dt"].to_pylist(), table["country"].to_pylist(), table["hour"].to_pylist())),
+                  key=lambda r: r[2])
+    assert rows == [("2026-11-01", "de", 1), ("2026-11-02", None, 3), ("2026-11-02", "a/b", 4)]
+    assert table.num_rows == 8
+    errors = read_errors(str(tmp_path / "o"), manifest)
+    assert [(e["reason"], e["records"]) for e in errors] == [("schema_conflict", 2)]
+    assert "column 'hour' is double here but int64" in errors[0]["detail"]
+    without = run_config([str(logs)], tmp_path / "o2", 'label_column: "clicked" ratio: 1')
+    assert "dt" not in read_rows(str(tmp_path / "o2"), without).column_names

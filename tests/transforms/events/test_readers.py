@@ -422,3 +422,12 @@ def test_a_field_of_megabytes_is_read_with_the_rest_of_its_range(tmp_path):
     part = read(path)
     assert part.table.num_rows == 101 and not part.dead_letters
     assert len(part.table["note"][50].as_py()) == 5 << 20
+
+
+def test_hive_folders_give_typed_values_with_escapes_and_nulls():
+    from shardmill.transforms.events.readers import hive_values
+
+    assert hive_values("dt=2026-11-01/n=7/x=2.5/c=a%3Db/empty=/k=__HIVE_DEFAULT_PARTITION__/plain/part.csv") == [
+        ("dt", "2026-11-01"), ("n", 7), ("x", 2.5), ("c", "a=b"), ("empty", ""), ("k", None)]
+    assert hive_values("n=99999999999999999999/inf=inf/part.csv") == [("n", "99999999999999999999"), ("inf", "inf")]
+    assert hive_values("part.csv") == [] and hive_values("=v/part.csv") == []
