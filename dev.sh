@@ -13,11 +13,17 @@ cd "$(dirname "$0")"
 VENV="${SHARDMILL_VENV:-.venv}"
 PY="$VENV/bin/python"
 
-install() {  # $1: the extras, then extra pip arguments
+install() {  # $1: the extras, then extra pip arguments (of the build). Builds a wheel of this checkout into
+  # build/wheels/<venv>/ (WHEEL), then installs it with the extras.
   local extras="$1"; shift
   [ -x "$PY" ] || python3 -m venv "$VENV"
   echo "installing shardmill[$extras] into $VENV (builds the native extension; about a minute)..." >&2
-  "$PY" -m pip install --quiet --disable-pip-version-check ".[$extras]" "$@"
+  local wheels="build/wheels/$(basename "$VENV")"
+  rm -rf "$wheels" && mkdir -p "$wheels"
+  "$PY" -m pip wheel --quiet --disable-pip-version-check --no-deps -w "$wheels" . "$@"
+  WHEEL="$(ls "$wheels"/shardmill-*.whl)"
+  "$PY" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "$WHEEL"
+  "$PY" -m pip install --quiet --disable-pip-version-check "$WHEEL[$extras]"
 }
 
 need_googletest() {  # the C++ unit tests' framework: Debian's libgtest-dev (a fresh machine has apt as root)
@@ -53,9 +59,10 @@ case "${1:-}" in
     install job,plot,test
     mkdir -p build
     native_unit_tests build/native-tests
-    # Tests import the installed shardmill (the repository has no shardmill/ folder).
+    # Tests import the installed shardmill (the repository has no shardmill/ folder); the install test
+    # takes the wheel just built instead of compiling its own.
     # --all: the slow tests too (jobs, subprocesses); a bare `pytest` is the fast loop.
-    "$PY" -m pytest -q -p no:cacheprovider tests --all "${@:2}"
+    SHARDMILL_BUILT_WHEEL="$PWD/$WHEEL" "$PY" -m pytest -q -p no:cacheprovider tests --all "${@:2}"
     ;;
   asan)
     VENV=.venv-asan PY=.venv-asan/bin/python
