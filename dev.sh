@@ -66,8 +66,10 @@ case "${1:-}" in
     ;;
   asan)
     VENV=.venv-asan PY=.venv-asan/bin/python
-    install job,plot,test --config-settings=cmake.define.SHARDMILL_SANITIZE=address \
+    # Only what these tests need: the job, pytest and pybind11 (not the test extras' torch, Grain, Dask, ...).
+    install job --config-settings=cmake.define.SHARDMILL_SANITIZE=address \
       --config-settings=build-dir=build/asan-{wheel_tag}
+    "$PY" -m pip install --quiet --disable-pip-version-check "pytest>=8" "pybind11>=2.13"  # + the hooks' build
     mkdir -p build
     native_unit_tests build/native-tests-asan -DSHARDMILL_SANITIZE=address
     # Python is not instrumented: preload the runtime (and libstdc++, so ASan's interceptor of C++
