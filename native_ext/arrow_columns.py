@@ -28,15 +28,14 @@ ARROW_FORMATS = ("arrow", "numpy")
 class ArrowColumns:
     """Adds the Arrow-served columns to native batches.
 
-    shard_paths: as the native reader opens them (local paths or URIs).
+    shard_paths: as the native reader opens them (absolute local paths or URIs).
+    as_format: one of ARROW_FORMATS (the reader checks it).
     row_groups: rows per row group, per shard (the manifest's).
     cached_row_groups: decoded row groups kept (least recently used goes first).
     """
 
     def __init__(self, shard_paths: list[str], row_groups: list[list[int]], columns: list[str], as_format: str,
                  cached_row_groups: int):
-        if as_format not in ARROW_FORMATS:
-            raise ValueError(f"arrow_columns_as must be one of {', '.join(ARROW_FORMATS)}, got {as_format!r}")
         self._paths = list(shard_paths)
         self._groups = [(s, g) for s, counts in enumerate(row_groups) for g in range(len(counts))]
         sizes = [n for counts in row_groups for n in counts]
@@ -54,11 +53,7 @@ class ArrowColumns:
         if shard in self._files:
             self._files.move_to_end(shard)
             return self._files[shard]
-        location = self._paths[shard]
-        if "://" in location:
-            filesystem, path = pafs.FileSystem.from_uri(location)
-        else:
-            filesystem, path = pafs.LocalFileSystem(), location
+        filesystem, path = pafs.FileSystem.from_uri(self._paths[shard])
         parquet = pq.ParquetFile(filesystem.open_input_file(path))
         self._files[shard] = parquet
         while len(self._files) > 64:  # open shards kept

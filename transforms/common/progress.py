@@ -57,6 +57,11 @@ class ProgressLog:
             self._directory = None
 
 
+def record_total(total: int, progress: ProgressLog, stage: str, name: str) -> None:
+    """Records a stage's total (`total_*`) from a pipeline step that knows it."""
+    progress.record(stage, **{name: total})
+
+
 def read_progress(directory: str) -> dict[str, dict[str, float]]:
     """Per stage, the summed counts of every worker's file (totals: the largest reported), and the
     times of its first and latest lines (`first_t`, `last_t`)."""

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from shardmill.transforms.common.discovery import ERRORS, SOURCE_STATS, DiscoverFiles, list_input
 from shardmill.transforms.common.keyed_hash import fingerprint
-from shardmill.transforms.common.progress import ProgressLog
+from shardmill.transforms.common.progress import ProgressLog, record_total
 from shardmill.transforms.common.spill import write_spill
 from shardmill.transforms.events.formats import EVENT_SUFFIXES, EventReadOptions, compression_of
 from shardmill.transforms.events.partition_sampling import (exact_bucket, exact_label_counts, exact_rows, one_pass_rows,
@@ -151,10 +151,6 @@ def _partitions(found: tuple, limit: int, root: str) -> list[EventRange]:
     return ranges
 
 
-def _report_total_bytes(total: int, progress: ProgressLog) -> None:
-    progress.record("sample", total_bytes=total)
-
-
 def _record(event_schema, label_column: str) -> dict:
     return {"record_format": "events", "label_column": label_column, "event_schema": event_schema}
 
@@ -219,7 +215,8 @@ class LabelJob(beam.PTransform):
         spec = self._spec
         _ = (pbegin
              | "InputBytes" >> beam.Create([self._input_bytes])
-             | "ReportInputBytes" >> beam.Map(_report_total_bytes, ProgressLog(self._paths.progress_dir)))
+             | "ReportInputBytes" >> beam.Map(record_total, ProgressLog(self._paths.progress_dir), "sample",
+                                              "total_bytes"))
         found = pbegin | "Discover" >> DiscoverFiles(self._inputs, EVENT_SUFFIXES)
         files = (
             found["batches"]

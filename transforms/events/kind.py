@@ -69,8 +69,9 @@ class LabelsKind(JobKind):
         files = input_files(inputs)
         spec = label_spec(config)
         check_label_column([path for path, _ in files], spec.options)
-        num_shards = shard_count(sum(size for _, size in files), ShardSizing.of(config.output), WRITE_LESS)
-        return LabelPlan(spec, tuple(inputs), num_shards, sum(size for _, size in files))
+        input_bytes = sum(size for _, size in files)
+        num_shards = shard_count(input_bytes, ShardSizing.of(config.output), WRITE_LESS)
+        return LabelPlan(spec, tuple(inputs), num_shards, input_bytes)
 
     def transform(self, config, plan, paths):
         from shardmill.transforms.events.job import LabelJob

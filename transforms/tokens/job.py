@@ -20,7 +20,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from shardmill.native_ext.kernels import copy_runs
 from shardmill.transforms.common.filesystem import file_size, is_local, read_all, write_bytes_atomically
-from shardmill.transforms.common.progress import ProgressLog
+from shardmill.transforms.common.progress import ProgressLog, record_total
 from shardmill.transforms.common.spill import write_spill
 from shardmill.transforms.job import JobOutputs
 from shardmill.transforms.output.lifecycle import RunPaths
@@ -115,13 +115,13 @@ def sample_batch(start: int, end: int, indices_path: str, prefixes: list[str], b
 
 
 def _materialize(task, indices_path, prefixes, blended, seq_length, add_extra, tokens_per_epoch, out_dtype, pad_token,
-                 paths):
+                 paths, progress: ProgressLog):
     """One task's range of the sample stream → one spilled batch for its shard."""
     shard, start, end = task
     paths.check_live()
     batch = sample_batch(start, end, indices_path, prefixes, blended, seq_length, add_extra, tokens_per_epoch,
                          out_dtype, pad_token)
-    ProgressLog(paths.progress_dir).record("samples", ranges=1, samples=end - start)
+    progress.record("samples", ranges=1, samples=end - start)
     return write_spill(f"{paths.spill_dir}/samples-{shard:05d}.arrow", {shard: batch})
 
 
@@ -148,15 +148,16 @@ class TokenJob(beam.PTransform):
         total = plan.tasks[-1][2] if plan.tasks else 0
         _ = (pbegin
              | "TotalSamples" >> beam.Create([total])
-             | "ReportTotal" >> beam.Map(lambda n, progress: progress.record("samples", total_samples=n),
-                                         ProgressLog(self._paths.progress_dir)))
+             | "ReportTotal" >> beam.Map(record_total, ProgressLog(self._paths.progress_dir), "samples",
+                                         "total_samples"))
         refs = (
             pbegin
             | "SampleRanges" >> beam.Create(list(plan.tasks))
             | "Spread" >> beam.Reshuffle()
             | "Materialize" >> beam.FlatMap(_materialize, beam.pvalue.AsSingleton(indices_path), list(plan.prefixes),
                                             plan.blended, plan.seq_length, plan.add_extra_token,
-                                            list(plan.tokens_per_epoch), plan.dtype, plan.pad_token, self._paths)
+                                            list(plan.tokens_per_epoch), plan.dtype, plan.pad_token, self._paths,
+                                            ProgressLog(self._paths.progress_dir))
         )
         return JobOutputs(
             shard_refs=refs,
