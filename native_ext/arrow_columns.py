@@ -8,28 +8,61 @@ those rows live in through pyarrow (only the Arrow-served columns, each row
 group once while it stays in a small cache: a batch's rows come from the
 row groups of one window), keeps the cached ones laid out as one table, and
 takes the batch's rows from it in one `take`: Arrow arrays (validity kept; strings and lists zero-copy from the
-decoded row group's buffers, after one `take`), or numpy object arrays on
-request.
+decoded row group's buffers, after one `take`), numpy object arrays, or
+flat buffers on request: strings, binary and lists as offsets + values (what
+a tokenizer or a nested tensor takes, without a Python object per row).
 """
 
 from __future__ import annotations
 
 import collections
 import threading
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-ARROW_FORMATS = ("arrow", "numpy")
+ARROW_FORMATS = ("arrow", "numpy", "offsets")
+
+
+class OffsetsValues(NamedTuple):
+    """A variable-length column as flat arrays: row i is values[offsets[i]:offsets[i + 1]], or null if not valid[i]."""
+
+    offsets: np.ndarray  # int64, rows + 1, from 0
+    values: np.ndarray  # uint8 bytes (strings: UTF-8) or the lists' items
+    valid: np.ndarray  # bool, rows
+
+
+def as_offsets_values(column: pa.Array) -> OffsetsValues | np.ndarray:
+    """Strings, binary and lists as OffsetsValues; any other column as a numpy array."""
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    kind = column.type
+    valid = column.is_valid().to_numpy(zero_copy_only=False)
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind) \
+            or pa.types.is_large_binary(kind) or pa.types.is_string_view(kind) or pa.types.is_binary_view(kind):
+        flat = column.cast(pa.large_binary())
+        offsets = np.frombuffer(flat.buffers()[1], np.int64, len(flat) + 1, flat.offset * 8)
+        data = flat.buffers()[2]
+        values = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+    elif pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_list_view(kind):
+        flat = column.cast(pa.large_list(kind.value_type))
+        offsets = flat.offsets.to_numpy()
+        values = flat.values.slice(offsets[0], offsets[-1] - offsets[0]).to_numpy(zero_copy_only=False)
+        return OffsetsValues(offsets - offsets[0], values, valid)
+    else:
+        return column.to_numpy(zero_copy_only=False)
+    return OffsetsValues(offsets - offsets[0], values[offsets[0]:offsets[-1]], valid)
 
 
 class ArrowColumns:
     """Adds the Arrow-served columns to native batches.
 
     shard_paths: as the native reader opens them (absolute local paths or URIs).
-    as_format: one of ARROW_FORMATS (the reader checks it).
+    as_format: one of ARROW_FORMATS (the reader checks it): "arrow" arrays, "numpy" arrays (object for
+      strings, lists and nulls), "offsets" (strings, binary and lists as OffsetsValues, the rest numpy).
     row_groups: rows per row group, per shard (the manifest's).
     cached_row_groups: decoded row groups kept (least recently used goes first).
     """
@@ -41,7 +74,7 @@ class ArrowColumns:
         sizes = [n for counts in row_groups for n in counts]
         self._starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
         self.columns = list(columns)
-        self._numpy = as_format == "numpy"
+        self._format = as_format
         self._capacity = max(1, cached_row_groups)
         self._cache: collections.OrderedDict[int, pa.Table] = collections.OrderedDict()
         self._offset = np.full(len(self._groups), -1, dtype=np.int64)  # row group -> its first row in _table
@@ -92,7 +125,12 @@ class ArrowColumns:
             taken = self._table.take(pa.array(self._offset[groups] + rows - self._starts[groups]))
         for name in self.columns:
             column = taken.column(name).combine_chunks()
-            batch[name] = column.to_numpy(zero_copy_only=False) if self._numpy else column
+            if self._format == "numpy":
+                batch[name] = column.to_numpy(zero_copy_only=False)
+            elif self._format == "offsets":
+                batch[name] = as_offsets_values(column)
+            else:
+                batch[name] = column
 
     def close(self) -> None:
         with self._lock:

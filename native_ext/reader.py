@@ -53,8 +53,9 @@ class ShardReader:
     Each batch is a dict: one array per selected column (fixed_size_binary
     columns as (batch, width) uint8, token samples as (batch, seq_length +
     extra) arrays of their dtype, numeric columns as 1-D arrays; strings,
-    binary, lists, dictionaries and columns with nulls as Arrow arrays, or
-    numpy object arrays with arrow_columns_as="numpy"), plus
+    binary, lists, dictionaries and columns with nulls as Arrow arrays,
+    numpy object arrays with arrow_columns_as="numpy", or offsets + values
+    with "offsets"), plus
     `record_index` (int64: the record's position in the dataset, stable
     across epochs and ranks), `record_seed` (uint64: keyed hash of (seed,
     record_index), for stateless reproducible augmentations; mix in `epoch`
@@ -83,9 +84,10 @@ class ShardReader:
       start_epoch: begin at the start of this epoch (its order is the one a
         reader started at 0 serves in that epoch); num_epochs still counts
         from epoch 0, so it must be larger. Not with `state`.
-      arrow_columns_as: "arrow" (pyarrow arrays, nulls kept) or "numpy"
-        (object arrays, None for nulls) for the columns the native core does
-        not arrange (arrow_columns.py).
+      arrow_columns_as: "arrow" (pyarrow arrays, nulls kept), "numpy"
+        (object arrays, None for nulls) or "offsets" (strings, binary and
+        lists as OffsetsValues: offsets, values, valid) for the columns the
+        native core does not arrange (arrow_columns.py).
 
     Threads: a reader may be shared; next() and state() calls are serialised,
     so each caller gets whole, distinct batches. Columns are checked against

@@ -15,6 +15,12 @@ dataset.set_epoch(e); for batch in loader: …` serves epoch e's order in
 pass e. The pass counters live in a small shared-memory array created with
 the dataset, which the DataLoader's worker processes share.
 
+len(dataset) (and so len(loader)) is the number of batches one pass serves
+on this rank, across the DataLoader's workers: it needs `loader_workers`,
+the DataLoader's num_workers, since the dataset cannot see the loader (a
+loader with another worker count is then refused when iterated), and a
+bounded pass (num_epochs). A pass resumed from a checkpoint serves fewer.
+
 Checkpoints: with num_workers=0, `dataset.state_dict()` / `load_state_dict()`
 resume exactly. With workers, use torchdata's `StatefulDataLoader`: it calls
 state_dict() in each worker and hands each worker its own state back, and
@@ -41,7 +47,7 @@ import torch.utils.data
 
 from shardmill.native_ext.converters import Converter
 from shardmill.native_ext.options import OrderOptions, ReadOptions, ShardOptions, check_type
-from shardmill.native_ext.reader import ShardReader
+from shardmill.native_ext.reader import ShardReader, load_manifest
 
 MAX_WORKERS = 256  # DataLoader workers per dataset whose passes are counted
 
@@ -68,16 +74,23 @@ class ShardIterableDataset(torch.utils.data.IterableDataset):
     rank / world_size default to torch.distributed's when it is initialized,
     else 0 / 1; the dataset makes each worker's ShardOptions from them.
     num_epochs: epochs per pass over the loader (None: one unbounded pass).
+    loader_workers: the DataLoader's num_workers, for len() (see the module doc).
     The other arguments are ShardReader's.
     """
 
     def __init__(self, path: str, batch_size: int = 256, columns: Sequence[str] | None = None, *,
                  rank: int | None = None, world_size: int | None = None, num_epochs: int | None = 1,
                  drop_remainder: bool = False, order_options: OrderOptions = OrderOptions(),
-                 read_options: ReadOptions = ReadOptions(), converter: Converter | None = None):
+                 read_options: ReadOptions = ReadOptions(), converter: Converter | None = None,
+                 loader_workers: int | None = None):
         super().__init__()
         if num_epochs is not None and num_epochs < 1:
             raise ValueError(f"num_epochs must be >= 1 or None, got {num_epochs}")
+        if loader_workers is not None and (isinstance(loader_workers, bool) or not isinstance(loader_workers, int)
+                                           or not 0 <= loader_workers <= MAX_WORKERS):
+            raise ValueError(f"loader_workers must be an integer in 0..{MAX_WORKERS}, got {loader_workers!r}")
+        self._loader_workers = loader_workers
+        self._rows: int | None = None
         self._path = path
         self._batch_size = batch_size
         self._columns = None if columns is None else list(columns)
@@ -95,16 +108,38 @@ class ShardIterableDataset(torch.utils.data.IterableDataset):
         # [1 + MAX_WORKERS + s]: 1 while slot s is mid-pass. Slot 0: no workers; 1 + w: worker w.
         self._shared = multiprocessing.RawArray(ctypes.c_int64, 1 + 2 * (MAX_WORKERS + 1))
 
-    def reader_shard(self) -> tuple[int, int]:
-        """(shard_index, shard_count) of the reader this process's iterator uses."""
+    def _rank_and_world(self) -> tuple[int, int]:
         rank, world = self._rank, self._world_size
         if rank is None or world is None:
             initialized = torch.distributed.is_available() and torch.distributed.is_initialized()
             rank = torch.distributed.get_rank() if initialized else 0
             world = torch.distributed.get_world_size() if initialized else 1
+        return rank, world
+
+    def reader_shard(self) -> tuple[int, int]:
+        """(shard_index, shard_count) of the reader this process's iterator uses."""
+        rank, world = self._rank_and_world()
         info = torch.utils.data.get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        if self._loader_workers is not None and (workers if info is not None else 0) != self._loader_workers:
+            raise ValueError(f"the DataLoader has num_workers={workers if info is not None else 0}, the dataset "
+                             f"was given loader_workers={self._loader_workers} (its len() counts on that)")
         return rank * workers + worker, world * workers
+
+    def __len__(self) -> int:
+        """Batches one pass serves on this rank, across the DataLoader's workers (see the module doc)."""
+        if self._num_epochs is None:
+            raise TypeError("len() of a ShardIterableDataset with num_epochs=None: the pass has no end")
+        if self._loader_workers is None:
+            raise TypeError("len() of a ShardIterableDataset needs loader_workers=<the DataLoader's num_workers>")
+        if self._rows is None:
+            self._rows = sum(s["rows"] for s in load_manifest(self._path)["shards"])
+        _, world = self._rank_and_world()
+        readers = max(1, self._loader_workers)
+        rows = self._rows // (world * readers)  # the reader's rank slice: equal, the remainder left out
+        size = self._batch_size
+        batches = rows // size if self._reader_options["drop_remainder"] else -(-rows // size)
+        return readers * batches * self._num_epochs
 
     def set_epoch(self, epoch: int) -> None:
         """The next pass starts at this epoch (then epoch + num_epochs, ...)."""

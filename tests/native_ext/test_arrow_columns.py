@@ -7,6 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardmill.native_ext import OrderOptions, ShardOptions, ShardReader, load_manifest
+from shardmill.native_ext.arrow_columns import OffsetsValues
 from shardmill.pipelines import cli
 
 COLUMNS = ["id", "user", "tags", "category", "score", "clicked", "_partition"]
@@ -76,6 +77,24 @@ def test_arrow_columns_as_numpy_are_object_arrays_with_none_for_nulls(label_outp
         for batch in reader:
             check_rows(batch, expected, ["user", "tags", "score", "category"])
             assert batch["id"].dtype == np.int64  # fixed-width without nulls: native
+
+
+def test_arrow_columns_as_offsets_are_flat_buffers_of_the_same_rows(label_output):
+    out, expected = label_output
+    with ShardReader(out, batch_size=100, num_epochs=2, arrow_columns_as="offsets",
+                     order_options=OrderOptions(seed=5)) as reader:
+        for batch in reader:
+            rows = pa.array(batch["record_index"])
+            for name in ("user", "tags", "category"):
+                got, want = batch[name], expected.column(name).take(rows).to_pylist()
+                assert isinstance(got, OffsetsValues) and got.offsets[0] == 0 and len(got.offsets) == len(want) + 1
+                assert got.offsets[-1] == len(got.values) and got.valid.tolist() == [w is not None for w in want]
+                pieces = [got.values[a:b] for a, b in zip(got.offsets[:-1], got.offsets[1:])]
+                if name == "tags":
+                    assert [p.tolist() if v else None for p, v in zip(pieces, got.valid)] == want
+                else:
+                    assert [p.tobytes().decode() if v else None for p, v in zip(pieces, got.valid)] == want
+            check_rows(batch, expected, ["score"])  # not variable-length: numpy, nulls as NaN
 
 
 def test_resume_and_elastic_resume_serve_the_same_rows_with_their_columns(label_output):

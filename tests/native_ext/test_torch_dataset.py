@@ -45,6 +45,26 @@ def test_state_dict_resumes_the_stream_exactly(output):
     assert (np.concatenate([ids_of(head), ids_of(list(resumed))]) == full).all()
 
 
+@pytest.mark.parametrize("num_workers, rank, world_size, drop_remainder, num_epochs", [
+    (0, 0, 1, False, 2), (0, 1, 3, True, 1), pytest.param(2, 1, 2, False, 1, marks=pytest.mark.slow)])
+def test_len_is_the_number_of_batches_a_pass_serves(output, num_workers, rank, world_size, drop_remainder,
+                                                    num_epochs):
+    dataset = ShardIterableDataset(output, 40, ["id"], rank=rank, world_size=world_size, num_epochs=num_epochs,
+                                   drop_remainder=drop_remainder, loader_workers=num_workers)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=num_workers)
+    assert len(loader) == len(dataset) == len(list(loader))
+
+
+def test_len_needs_the_loaders_worker_count_and_a_bounded_pass(output):
+    with pytest.raises(TypeError, match="loader_workers"):
+        len(ShardIterableDataset(output, 40, ["id"]))
+    with pytest.raises(TypeError, match="num_epochs=None"):
+        len(ShardIterableDataset(output, 40, ["id"], num_epochs=None, loader_workers=0))
+    declared = ShardIterableDataset(output, 40, ["id"], loader_workers=2)
+    with pytest.raises(ValueError, match="num_workers=0, the dataset was given loader_workers=2"):
+        next(iter(declared))
+
+
 def reader_epoch(output, epoch, shard_index=0, shard_count=1, **kwargs):
     """Epoch `epoch` of the order for this shard, as ShardReader serves it."""
     from shardmill.native_ext import ShardReader
