@@ -77,7 +77,7 @@ def run_job(data_dir: str, work: str, extra: str) -> dict:
     out = os.path.join(work, "out")
     shutil.rmtree(out, ignore_errors=True)
     seconds, peak = measure(SHARDMILL + ["--config", config, "--output", out])
-    with open(os.path.join(out, "_manifest.json")) as f:
+    with open(os.path.join(out, ".manifest.json")) as f:
         acc = json.load(f)["stats"]["accounting"]
     return {"seconds": round(seconds, 2), "peak_rss_mib": round(peak / 2**20, 1),
             "chunks_indexed": acc["chunks_indexed"], "records_written": acc["records_written"]}

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from shardmill.transforms.output.contract import LEGACY_MANIFEST_NAME, MANIFEST_NAME, READABLE_FORMAT_VERSIONS
+from shardmill.transforms.output.contract import MANIFEST_NAME, MANIFEST_NAMES, READABLE_FORMAT_VERSIONS
 
 MAX_SHARDS = 1_000_000
 MAX_ROW_GROUPS_PER_SHARD = 1_000_000
@@ -116,7 +116,7 @@ def _integer(value, where: str, field: str, lo: int, hi: int) -> int:
 
 
 def _read_manifest(fs: pafs.FileSystem, base: str, shown: str) -> tuple[dict, str]:
-    for name in (MANIFEST_NAME, LEGACY_MANIFEST_NAME):
+    for name in MANIFEST_NAMES:
         manifest_path = posixpath.join(base, name)
         try:
             info = fs.get_file_info(manifest_path)

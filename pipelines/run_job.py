@@ -4,9 +4,9 @@
   claim the output (one run at a time), refuse an existing output without --overwrite,
       clean what crashed runs left
   build and run the pipeline: JobKind.transform → WriteShardedOutput,
-      everything staged under `_staging-<run id>/`
+      everything staged under `.staging-<run id>/`
   commit the staged generation (manifest last, atomically), or — if bad
-      input exceeded max_error_fraction — keep only its report in `_rejected/`
+      input exceeded max_error_fraction — keep only its report in `.rejected/`
   release the claim; on any failure, drop the staging directory
 
 The previous output stays complete and readable until the commit point.

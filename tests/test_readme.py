@@ -27,7 +27,7 @@ def demo_dir(tmp_path_factory):
                           os.path.join(REPO, "pipelines", "configs", "demo.textproto")],
                          cwd=str(work), capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
-    assert (work / "out" / "demo" / "_manifest.json").exists()
+    assert (work / "out" / "demo" / ".manifest.json").exists()
     # out/tokens, for the token example: a Megatron corpus of the shared fixtures.
     corpus = os.path.join(SHARED_FIXTURES, "megatron", "meg-gpt2-openwebtext_text_document")
     config = work / "tokens.textproto"

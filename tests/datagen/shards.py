@@ -16,6 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from shardmill.transforms.output.contract import FORMAT_VERSION, MANIFEST_NAMES
+
 
 def frame_bytes(ids: np.ndarray, width: int) -> np.ndarray:
     """(len(ids), width) uint8: each row's bytes are a function of its id."""
@@ -31,7 +33,7 @@ def extra_values(ids: np.ndarray, dtype) -> np.ndarray:
 
 def write_output(directory: str, shard_rows: list[int], row_group_rows: int, width: int = 16, *,
                  extra_columns: dict[str, str] | None = None, nullable: bool = True, null_ids=(),
-                 frames=frame_bytes, format_version: int = 2, **parquet_options) -> dict:
+                 frames=frame_bytes, format_version: int = FORMAT_VERSION, **parquet_options) -> dict:
     """Writes the shards and manifest; returns the manifest.
 
     frames(ids, width): the (len(ids), width) uint8 frames of rows `ids`
@@ -41,8 +43,9 @@ def write_output(directory: str, shard_rows: list[int], row_group_rows: int, wid
     sampling job writes them non-nullable). null_ids: rows whose frame is null.
     parquet_options: override the job's `pq.write_table` options (e.g.
     data_page_version, data_page_size, use_dictionary, compression).
-    format_version: 2 (generation 1: `_manifest.json`, `g000001-shard-…`) or
-    1 (`manifest.json`, `shard-…`), as older shardmill versions wrote.
+    format_version: 3 (generation 1: `.manifest.json`, `g000001-shard-…`), 2 (the
+    same with `_manifest.json`) or 1 (`manifest.json`, `shard-…`), as older
+    shardmill versions wrote.
     """
     os.makedirs(directory, exist_ok=True)
     null_ids = set(null_ids)
@@ -85,6 +88,6 @@ def write_output(directory: str, shard_rows: list[int], row_group_rows: int, wid
                 "num_shards": len(shards), "shards": shards, "stats": {}}
     if format_version >= 2:
         manifest["generation"] = 1
-    with open(os.path.join(directory, "_manifest.json" if format_version >= 2 else "manifest.json"), "w") as f:
+    with open(os.path.join(directory, MANIFEST_NAMES[FORMAT_VERSION - format_version]), "w") as f:  # newest first
         json.dump(manifest, f)
     return manifest

@@ -56,7 +56,7 @@ def dataset(tmp_path):
 
 
 def edit_manifest(directory, change):
-    path = directory / "_manifest.json"
+    path = directory / ".manifest.json"
     manifest = json.loads(path.read_text())
     change(manifest)
     path.write_text(json.dumps(manifest))
@@ -108,7 +108,7 @@ def test_every_kind_of_manifest_tampering_is_an_output_error(dataset, tmp_path):
     for name in MANIFEST_TAMPERING:
         outcome = outcomes[name]
         assert outcome.get("error") == "OutputError", (name, outcome)
-        assert "_manifest.json" in outcome["message"] or "shard" in outcome["message"], (name, outcome)
+        assert ".manifest.json" in outcome["message"] or "shard" in outcome["message"], (name, outcome)
     assert "passwd" not in outcomes["dot-dot to a system file"]["message"].split("path")[0]
     assert "bytes" not in outcomes["dot-dot to a system file"]["message"]  # its size is not revealed
 
@@ -125,7 +125,7 @@ def test_malformed_manifest_files_are_output_errors(dataset, tmp_path):
     for i, (name, body) in enumerate(bodies.items()):
         copy = tmp_path / f"m{i}"
         shutil.copytree(dataset, copy)
-        (copy / "_manifest.json").write_text(body)
+        (copy / ".manifest.json").write_text(body)
         cases.append({"name": name, "path": str(copy)})
     outcomes = run_cases(cases)
     for name in bodies:
@@ -135,7 +135,7 @@ def test_malformed_manifest_files_are_output_errors(dataset, tmp_path):
 def test_a_link_leaving_the_dataset_is_refused(dataset, tmp_path):
     outside = tmp_path / "outside"
     write_output(str(outside), [50], row_group_rows=16, width=8)
-    shard = json.loads((dataset / "_manifest.json").read_text())["shards"][1]["path"]
+    shard = json.loads((dataset / ".manifest.json").read_text())["shards"][1]["path"]
     os.remove(dataset / shard)
     os.symlink(outside / "g000001-shard-00000-of-00001.parquet", dataset / shard)
     fifo_link = tmp_path / "fifo-data"
@@ -151,7 +151,7 @@ def test_a_link_leaving_the_dataset_is_refused(dataset, tmp_path):
 def test_a_checksum_cannot_be_bypassed_by_another_spelling_of_the_path(dataset, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(dataset, copy)
-    manifest = json.loads((copy / "_manifest.json").read_text())
+    manifest = json.loads((copy / ".manifest.json").read_text())
     # The checksummed path and the read path are one: tampered bytes under any spelling are caught.
     path = copy / manifest["shards"][0]["path"]
     data = bytearray(path.read_bytes())
@@ -179,7 +179,7 @@ def test_relative_paths_serve_the_same_stream_as_absolute(dataset, tmp_path, mon
 def test_bounded_random_fuzz_of_manifests_and_shard_bytes(dataset, tmp_path):
     """Seeded mutations: a JSON value replaced, a key dropped, shard bytes flipped (manifest size kept)."""
     rng = random.Random(14)
-    manifest = json.loads((dataset / "_manifest.json").read_text())
+    manifest = json.loads((dataset / ".manifest.json").read_text())
     weird = [None, -1, 0, 2**63, -2**63, 1.5, "x", "", [], {}, True, [2**40], ["a"], "../x", "/x", "a/../../b"]
     cases = []
     for i in range(120):
@@ -200,7 +200,7 @@ def test_bounded_random_fuzz_of_manifests_and_shard_bytes(dataset, tmp_path):
                 del mutated["shards"][shard][key]
             else:
                 mutated["shards"][shard][key] = rng.choice(weird)
-        (copy / "_manifest.json").write_text(json.dumps(mutated))
+        (copy / ".manifest.json").write_text(json.dumps(mutated))
         cases.append({"name": f"{i}:{kind}", "path": str(copy), "verify": rng.random() < 0.3})
     outcomes = run_cases(cases, timeout=110)
     for name, outcome in outcomes.items():
@@ -274,7 +274,7 @@ NATIVE_RUNNER = textwrap.dedent("""
 
 @pytest.mark.parametrize("damage", ["negative", "huge", "more groups"])
 def test_the_native_layer_alone_refuses_hostile_row_group_counts_without_aborting(dataset, damage):
-    manifest = json.loads((dataset / "_manifest.json").read_text())
+    manifest = json.loads((dataset / ".manifest.json").read_text())
     paths = [str(dataset / s["path"]) for s in manifest["shards"]]
     groups = [s["row_groups"] for s in manifest["shards"]]
     groups[1] = {"negative": groups[1][:-1] + [-4], "huge": [2**31],

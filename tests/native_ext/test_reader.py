@@ -358,17 +358,17 @@ def broken(output, tmp_path):
 
 
 def _manifest(directory):
-    with open(os.path.join(directory, "_manifest.json")) as f:
+    with open(os.path.join(directory, ".manifest.json")) as f:
         return json.load(f)
 
 
 def _save(directory, manifest):
-    with open(os.path.join(directory, "_manifest.json"), "w") as f:
+    with open(os.path.join(directory, ".manifest.json"), "w") as f:
         json.dump(manifest, f)
 
 
 def test_directory_without_manifest_is_refused(tmp_path):
-    with pytest.raises(OutputError, match="no _manifest.json"):
+    with pytest.raises(OutputError, match="no .manifest.json"):
         ShardReader(str(tmp_path))
 
 

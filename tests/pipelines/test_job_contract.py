@@ -6,8 +6,11 @@ import inspect as pyinspect
 import os
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from shardmill.native_ext import load_manifest
 from shardmill.pipelines import cli
 from shardmill.pipelines.config import ConfigError, parse_config, validate
 from shardmill.pipelines.jobs import REGISTRY, job_kind, kinds
@@ -16,19 +19,35 @@ from shardmill.transforms.output.shard_count import MAX_SHARD_BYTES, PlanError, 
 from tests.datagen.megatron import write_indexed_dataset
 
 
-@pytest.fixture()
-def inputs(lc0_dataset, tmp_path):
-    """An input of each kind, and a config text for each (without output)."""
-    events = tmp_path / "events"
+def write_inputs(directory, lc0_directory) -> dict:
+    """An input of each kind in directory; returns a config text for each (without output)."""
+    events = directory / "events"
     events.mkdir()
-    (events / "day.csv").write_text("id,clicked\n" + "".join(f"{i},{int(i % 7 == 0)}\n" for i in range(300)))
-    write_indexed_dataset(str(tmp_path / "corpus"), [np.arange(40 + i, dtype=np.uint16) for i in range(30)],
+    (events / "day.csv").write_text("id,clicked,url\n" + "".join(f"{i},{int(i % 7 == 0)},https://x/{i}\n"
+                                                                  for i in range(300)))
+    write_indexed_dataset(str(directory / "corpus"), [np.arange(40 + i, dtype=np.uint16) for i in range(30)],
                           np.uint16)
     return {
-        "lc0": f'input: "{lc0_dataset[0]}"\nlc0 {{ chunk_pool {{ position_count: 2 }} }}\nmax_error_fraction: 0.5',
+        "lc0": f'input: "{lc0_directory}"\nlc0 {{ chunk_pool {{ position_count: 2 }} }}\nmax_error_fraction: 0.5',
         "labels": f'input: "{events}"\nlabel_sampling {{ label_column: "clicked" ratio: 2 }}',
-        "tokens": f'token_dataset {{ path_prefix: "{tmp_path / "corpus"}" seq_length: 16 num_samples: 50 }}',
+        "tokens": f'token_dataset {{ path_prefix: "{directory / "corpus"}" seq_length: 16 num_samples: 50 }}',
     }
+
+
+@pytest.fixture()
+def inputs(lc0_dataset, tmp_path):
+    return write_inputs(tmp_path, lc0_dataset[0])
+
+
+@pytest.fixture(scope="module")
+def outputs(lc0_dataset, tmp_path_factory):
+    """A committed output of each kind (two shards each)."""
+    directory = tmp_path_factory.mktemp("kinds")
+    outs = {}
+    for name, text in write_inputs(directory, lc0_dataset[0]).items():
+        outs[name] = directory / f"out-{name}"
+        assert cli.main(["run", "--config", write_config(directory, name, text, outs[name])]) == 0
+    return outs
 
 
 def write_config(tmp_path, name, text, output, num_shards=2):
@@ -148,10 +167,8 @@ def test_count_on_another_kind_says_it_counts_lc0_chunks_only(inputs, tmp_path, 
 
 
 @pytest.mark.slow
-def test_inspect_and_plot_speak_each_kind(inputs, tmp_path, capsys):
-    for name, text in inputs.items():
-        out = tmp_path / f"out-{name}"
-        assert cli.main(["run", "--config", write_config(tmp_path, name, text, out)]) == 0
+def test_inspect_and_plot_speak_each_kind(outputs, tmp_path, capsys):
+    for name, out in outputs.items():
         capsys.readouterr()
         chart = tmp_path / f"{name}.png"
         assert cli.main(["inspect", str(out), "--plot", str(chart)]) == 0, capsys.readouterr().err
@@ -160,3 +177,25 @@ def test_inspect_and_plot_speak_each_kind(inputs, tmp_path, capsys):
         assert chart.stat().st_size > 10_000 and chart.read_bytes()[:4] == b"\x89PNG"
         words = {"lc0": "lc0 V6", "labels": "label column 'clicked'", "tokens": "GPT samples of 16 tokens"}
         assert words[name] in printed
+
+
+@pytest.mark.slow
+def test_every_parquet_tool_reads_every_kind_of_output(outputs, tmp_path):
+    import datasets
+    import duckdb
+    import pandas as pd
+    import polars
+
+    datasets.disable_progress_bars()
+    for name, out in outputs.items():
+        manifest = load_manifest(str(out))
+        expected = pa.concat_tables(pq.read_table(out / s["path"]) for s in manifest["shards"])
+        assert expected.num_rows == sum(s["rows"] for s in manifest["shards"]) > 0
+        hidden = [n for n in os.listdir(out) if not n.endswith(".parquet")]
+        assert hidden and all(n.startswith(".") for n in hidden), hidden  # the metadata is there, and hidden
+        loaded = datasets.load_dataset("parquet", data_dir=str(out), cache_dir=str(tmp_path / "hf"))["train"]
+        assert loaded.column_names == expected.column_names, name
+        assert loaded.data.table.cast(expected.schema).equals(expected), name
+        assert polars.read_parquet(f"{out}/*.parquet").to_arrow().cast(expected.schema).equals(expected), name
+        assert pd.read_parquet(out).shape == (expected.num_rows, expected.num_columns), name
+        assert duckdb.sql(f"select count(*) from read_parquet('{out}/*.parquet')").fetchall() == [(expected.num_rows,)]

@@ -37,7 +37,7 @@ def file_digests(out_dir):
             path = os.path.join(root, name)
             with open(path, "rb") as f:
                 data = f.read()
-            if name == "_manifest.json":  # timings differ between runs, nothing else may
+            if name == ".manifest.json":  # timings differ between runs, nothing else may
                 manifest = json.loads(data)
                 del manifest["stats"]["timings"]
                 data = json.dumps(manifest, sort_keys=True).encode()
@@ -193,7 +193,7 @@ def test_existing_output_is_refused_unless_overwrite(lc0_dataset, sampled_run, t
     manifest = run(config, target)
     assert sorted(n for n in os.listdir(target) if n.endswith(".parquet")) == ["g000002-shard-00000-of-00001.parquet"]
     assert manifest["num_shards"] == 1 and manifest["generation"] == 2
-    assert sorted(os.listdir(target)) == ["_g000002", "_manifest.json", "g000002-shard-00000-of-00001.parquet"]
+    assert sorted(os.listdir(target)) == [".g000002", ".manifest.json", "g000002-shard-00000-of-00001.parquet"]
 
 
 @pytest.mark.slow
@@ -229,14 +229,14 @@ def test_cli_run_over_the_error_budget_exits_1_commits_nothing_and_keeps_its_rep
     config.write_text(f'input: "{directory}"\nmax_error_fraction: 0.01\nlc0 {{ chunk_pool {{ position_count: 1 }} }}\n')
     assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / "o")]) == 1
     err = capsys.readouterr().err
-    assert "max_error_fraction" in err and "_rejected" in err
-    assert sorted(os.listdir(tmp_path / "o")) == ["_rejected"]
-    assert sorted(os.listdir(tmp_path / "o" / "_rejected")) == ["_manifest.json", "errors.jsonl"]
+    assert "max_error_fraction" in err and ".rejected" in err
+    assert sorted(os.listdir(tmp_path / "o")) == [".rejected"]
+    assert sorted(os.listdir(tmp_path / "o" / ".rejected")) == ["errors.jsonl", "manifest.json"]
 
 
 def test_inspect_refuses_a_directory_without_manifest(tmp_path, capsys):
     assert cli.main(["inspect", str(tmp_path)]) == 2
-    assert "no _manifest.json" in capsys.readouterr().err
+    assert "no .manifest.json" in capsys.readouterr().err
 
 
 def one_position_job(lc0_dataset, tmp_path):
@@ -276,4 +276,4 @@ def test_a_summary_that_cannot_be_rendered_fails_the_run_before_the_commit(lc0_d
     monkeypatch.setattr(summary, "render_summary", lambda manifest: manifest["no such field"])
     assert cli.main(["run", "--config", str(config), "--output", str(out)]) == 3
     assert "KeyError" in capsys.readouterr().err
-    assert not os.path.exists(out / "_manifest.json") and [p for p in os.listdir(out) if not p.startswith(".")] == []
+    assert not os.path.exists(out / ".manifest.json") and [p for p in os.listdir(out) if not p.startswith(".")] == []

@@ -3,13 +3,13 @@
 A run claims its output before any other work and releases it when it ends;
 a second run fails at once naming the holder (host, pid, start time, run id).
 
-Local paths: `_claim.json` is created with O_CREAT|O_EXCL, which the kernel
+Local paths: `.claim.json` is created with O_CREAT|O_EXCL, which the kernel
 makes atomic, and its mtime is the heartbeat.
 
 Object stores (gs://, s3://) have atomic single-object writes but no
 exclusive create through Beam's FileSystems, so claims use a listing
-protocol: each run writes `_claims/<run id>.json` once and rewrites
-`_claims/<run id>.alive` as its heartbeat, then lists `_claims/`. The live
+protocol: each run writes `.claims/<run id>.json` once and rewrites
+`.claims/<run id>.alive` as its heartbeat, then lists `.claims/`. The live
 claim written first (by the store's own timestamp, ties by name) holds the
 directory; the others withdraw. This is safe as long as listings are strongly
 consistent and the store stamps an object when it becomes visible (GCS and
@@ -19,6 +19,9 @@ A claim is stale when its holder provably died (same host, pid gone or
 reused) — then the next run breaks it by itself and says so — or when its
 heartbeat is older than `stale_after_seconds` (another host may have died or
 be partitioned); such a claim is broken only when asked (`--break-claim`).
+
+A local claim also respects `_claim.json`, the name shardmill used before
+output format 3, so an older version still writing the directory keeps it.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from shardmill.transforms.common.filesystem import is_local
-from shardmill.transforms.output.contract import CLAIM_NAME, CLAIMS_DIR_NAME
+from shardmill.transforms.output.contract import CLAIM_NAME, CLAIMS_DIR_NAME, FORMAT2_CLAIM_NAME
 
 _LOG = logging.getLogger(__name__)
 
@@ -195,8 +198,29 @@ class OutputClaim:
                 os.remove(path)
                 raise
             os.close(fd)
-            return notes
+            try:
+                return notes + self._check_format2_claim(break_stale)
+            except ClaimHeldError:
+                os.remove(path)
+                raise
         raise ClaimHeldError(f"output {self._dir}: could not take {CLAIM_NAME} (contended)")
+
+    def _check_format2_claim(self, break_stale: bool) -> list[str]:
+        """Raises ClaimHeldError while an older shardmill holds the directory; removes its claim once breakable."""
+        path = os.path.join(self._dir, FORMAT2_CLAIM_NAME)
+        if not os.path.exists(path):
+            return []
+        holder, age = self._read_local(path)
+        reason = self._breakable(holder, age, break_stale)
+        if reason is None:
+            if holder is None:
+                raise ClaimHeldError(f"output {self._dir} is claimed by an unreadable {FORMAT2_CLAIM_NAME}")
+            raise self._refusal(holder, age)
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+        return [f"broke the claim of a crashed run: {reason}"]
 
     @staticmethod
     def _read_local(path: str) -> tuple[ClaimInfo | None, float]:

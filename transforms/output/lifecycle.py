@@ -1,16 +1,16 @@
 """The lifecycle of an output directory: stage, commit, reject, clean up.
 
-A run stages everything it writes under `_staging-<run id>/`: spill files,
+A run stages everything it writes under `.staging-<run id>/`: spill files,
 shards already named for the next generation, the generation's metadata
 files and, last, the prepared manifest. Committing (by the launcher, holding
 the claim) is:
 
   1. move the generation's metadata files and shards into place — new names,
      so the committed output is untouched;
-  2. replace `_manifest.json` in one atomic write: the commit point (a local
+  2. replace `.manifest.json` in one atomic write: the commit point (a local
      rename; on object stores a single object write, which is atomic);
-  3. delete the previous generation's files, the staging directory and any
-     stale rejection report.
+  3. delete the previous generation's files (an older format's manifest
+     among them), the staging directory and any stale rejection report.
 
 A crash before 2 leaves the old manifest with all its files; after 2, the new
 one with all its files. Either way unreferenced files are left over, and the
@@ -36,10 +36,11 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from shardmill.transforms.common.filesystem import is_local, normalize, write_bytes_atomically
-from shardmill.transforms.output.contract import (CLAIM_NAME, CLAIMS_DIR_NAME, ERRORS_NAME, GENERATION_DIR_RE,
-                                                  LEGACY_ERRORS_NAME, LEGACY_MANIFEST_NAME, MANIFEST_NAME,
-                                                  REJECTED_DIR_NAME, SHARD_NAME_RE, STAGING_PREFIX, generation_dir_name,
-                                                  shard_name)
+from shardmill.transforms.output.contract import (CLAIM_NAME, CLAIMS_DIR_NAME, ERRORS_NAME, FORMAT1_ERRORS_NAME,
+                                                  FORMAT1_MANIFEST_NAME, FORMAT2_CLAIM_NAME, FORMAT2_REJECTED_DIR_NAME,
+                                                  FORMAT2_STAGING_PREFIX, GENERATION_DIR_RE, MANIFEST_NAME,
+                                                  MANIFEST_NAMES, REJECTED_DIR_NAME, REPORT_MANIFEST_NAME,
+                                                  SHARD_NAME_RE, STAGING_PREFIX, generation_dir_name, shard_name)
 
 _LOG = logging.getLogger(__name__)
 LEGACY_SPILL_DIR_NAME = ".shardmill-tmp"
@@ -129,8 +130,12 @@ class Committed:
     def files(self) -> set[str]:
         """Every path (relative to the directory) that belongs to this output."""
         names = {self.manifest_name} | {s["path"] for s in self.manifest["shards"]}
-        if self.manifest_name == LEGACY_MANIFEST_NAME:
-            names.add(LEGACY_ERRORS_NAME)
+        if self.manifest_name == FORMAT1_MANIFEST_NAME:
+            names.add(FORMAT1_ERRORS_NAME)
+        errors = self.manifest.get("errors")
+        top = str(errors.get("path", "")).split("/", 1)[0] if isinstance(errors, dict) else ""
+        if GENERATION_DIR_RE.match(top):  # the metadata directory, `.gNNNNNN` or (format 2) `_gNNNNNN`
+            names.add(top)
         return names
 
 
@@ -142,7 +147,7 @@ def _read(path: str) -> bytes:
 def read_committed(output_dir: str) -> Committed | None:
     """The committed output of a directory, or None. An unreadable manifest counts as an output."""
     base = output_dir.rstrip("/")
-    for name in (MANIFEST_NAME, LEGACY_MANIFEST_NAME):
+    for name in MANIFEST_NAMES:
         path = f"{base}/{name}"
         if not FileSystems.exists(path):
             continue
@@ -219,20 +224,17 @@ def _delete(base: str, relative: list[str]) -> None:
 
 def _is_leftover(rel: str, committed: Committed | None, run_dirs: set[str]) -> bool:
     top = rel.split("/", 1)[0]
-    if top in (MANIFEST_NAME, LEGACY_MANIFEST_NAME, CLAIM_NAME, CLAIMS_DIR_NAME, REJECTED_DIR_NAME):
+    if top in (CLAIM_NAME, FORMAT2_CLAIM_NAME, CLAIMS_DIR_NAME, REJECTED_DIR_NAME, FORMAT2_REJECTED_DIR_NAME):
         return False
     if top in run_dirs:
         return False
     keep = committed.files if committed else set()
-    if top.startswith(STAGING_PREFIX) or top == LEGACY_SPILL_DIR_NAME:
+    if top.startswith((STAGING_PREFIX, FORMAT2_STAGING_PREFIX)) or top == LEGACY_SPILL_DIR_NAME:
         return True
     if top.startswith(".") and ".tmp-" in top:
         return True
-    if top == LEGACY_ERRORS_NAME or SHARD_NAME_RE.match(top):
-        return top not in keep
-    match = GENERATION_DIR_RE.match(top)
-    if match:
-        return committed is None or int(match.group(1)) != committed.generation
+    if top in MANIFEST_NAMES or top == FORMAT1_ERRORS_NAME or SHARD_NAME_RE.match(top) or GENERATION_DIR_RE.match(top):
+        return top not in keep  # an older format's manifest beside a newer one is a commit cut short
     return False  # not ours: the user's files stay
 
 
@@ -243,11 +245,11 @@ def clean_leftovers(output_dir: str, committed: Committed | None, keep_dirs: tup
     if not leftovers:
         return []
     runs = sorted({rel.split("/", 1)[0][len(STAGING_PREFIX):] for rel in leftovers
-                   if rel.startswith(STAGING_PREFIX)})
+                   if rel.startswith((STAGING_PREFIX, FORMAT2_STAGING_PREFIX))})
     tops = sorted({rel.split("/", 1)[0] for rel in leftovers})
     _delete(base, tops)
     notes = [f"found an unfinished run {r} in {base}: removed its temporary files" for r in runs]
-    others = len(leftovers) - sum(1 for rel in leftovers if rel.startswith(STAGING_PREFIX))
+    others = len(leftovers) - sum(1 for rel in leftovers if rel.startswith((STAGING_PREFIX, FORMAT2_STAGING_PREFIX)))
     if others:
         notes.append(f"removed {others} file(s) an interrupted run left in {base}")
     return notes
@@ -307,25 +309,23 @@ def commit(paths: RunPaths, previous: Committed | None) -> dict:
     write_bytes_atomically(f"{base}/{MANIFEST_NAME}", json.dumps(manifest, indent=1, sort_keys=True).encode())
     try:
         if previous is not None:
-            old = previous.files - {MANIFEST_NAME}
-            if previous.generation != paths.generation:
-                old.add(generation_dir_name(previous.generation))
-            _delete(base, sorted(old))
-        _delete(base, [staging, REJECTED_DIR_NAME])
+            _delete(base, sorted(previous.files - {MANIFEST_NAME} - {rel.split("/", 1)[0] for rel in staged}))
+        _delete(base, [staging, REJECTED_DIR_NAME, FORMAT2_REJECTED_DIR_NAME])
     except Exception as err:
         raise CommittedWithError(base, paths.generation, err) from err
     return manifest
 
 
 def reject(paths: RunPaths) -> str:
-    """Keeps a run's report (prepared manifest, errors) in `_rejected/`, drops its shards; returns where."""
+    """Keeps a run's report (prepared manifest, errors) in `.rejected/`, drops its shards; returns where."""
     base = paths.base
     target = f"{base}/{REJECTED_DIR_NAME}"
-    _delete(base, [REJECTED_DIR_NAME])
+    _delete(base, [REJECTED_DIR_NAME, FORMAT2_REJECTED_DIR_NAME])
     staging = paths.staging[len(base) + 1:]
     errors = paths.errors_path[len(base) + 1:]
     sources = [f"{staging}/{MANIFEST_NAME}"] + ([errors] if FileSystems.exists(paths.errors_path) else [])
-    _move(base, sources, [f"{REJECTED_DIR_NAME}/{MANIFEST_NAME}", f"{REJECTED_DIR_NAME}/{ERRORS_NAME}"][:len(sources)])
+    _move(base, sources, [f"{REJECTED_DIR_NAME}/{REPORT_MANIFEST_NAME}",
+                          f"{REJECTED_DIR_NAME}/{ERRORS_NAME}"][:len(sources)])
     discard(paths)
     return target
 

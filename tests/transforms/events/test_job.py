@@ -313,7 +313,7 @@ def test_the_error_budget_counts_the_records_a_lost_file_held(tmp_path, capsys):
     config.write_text(f'input: "{logs}"\nmax_error_fraction: 0.2\nlabel_sampling {{ label_column: "clicked" }}\n')
     assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / "o")]) == 1
     assert "of the input was bad" in capsys.readouterr().err
-    report = json.loads(next((tmp_path / "o" / "_rejected").glob("*manifest.json")).read_text())
+    report = json.loads(next((tmp_path / "o" / ".rejected").glob("*manifest.json")).read_text())
     acc = report["stats"]["accounting"]
     # The lost file is estimated from its bytes at the good file's records per byte: far more than one record.
     assert 500 < acc["records_lost"] == acc["records_lost_estimated"] < 1500 and acc["error_fraction"] > 0.5

@@ -169,7 +169,7 @@ def test_a_million_passes_into_ten_shards_is_refused_before_loading(tmp_path, lc
     assert done.returncode == 3, done.stderr
     assert "PlanError: the plan writes" in done.stderr and "set more output.num_shards" in done.stderr
     assert "Traceback" not in done.stderr
-    assert not os.path.exists(tmp_path / "o" / "_manifest.json")
+    assert not os.path.exists(tmp_path / "o" / ".manifest.json")
 
 
 def bomb_member(inflated_bytes: int, version: int = 6) -> bytes:
@@ -303,7 +303,7 @@ def test_a_run_over_odd_files_dead_letters_them_and_reads_the_rest(tmp_path):
     done = subprocess.run([SHARDMILL, "run", "--config", str(config), "--output", str(out)], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    manifest = json.loads((out / "_manifest.json").read_text())
+    manifest = json.loads((out / ".manifest.json").read_text())
     acc = manifest["stats"]["accounting"]
     assert acc["files_skipped"] == {"hidden": 3, "not_regular": 2, "other_suffix": 1}
     # top.gz named twice (once as a/../b) is one source, not a duplicate_source.

@@ -102,7 +102,7 @@ def test_sigkill_at_random_moments_leaves_exactly_the_old_or_the_new_output(outp
     done = shardmill("run", "--config", configs[1], "--output", str(out), "--overwrite")
     assert done.returncode == 0, done.stderr
     assert content(out) == contents[1] and leftovers(out) == []
-    assert not os.path.exists(out / "_claim.json")
+    assert not os.path.exists(out / ".claim.json")
 
 
 @pytest.mark.slow
@@ -129,7 +129,7 @@ def test_a_signal_ends_the_run_with_one_line_removes_its_files_and_keeps_the_old
         last = err.strip().splitlines()[-1]
         assert last.startswith(f"shardmill run: interrupted ({sig.name})") and "previous output" in last
         assert content(out) == contents[1]
-        assert leftovers(out) == [] and not os.path.exists(out / "_claim.json")
+        assert leftovers(out) == [] and not os.path.exists(out / ".claim.json")
     assert interrupted >= 1
 
 
@@ -169,7 +169,7 @@ def test_a_signal_ends_the_run_at_once_while_a_shard_write_is_busy(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert time.monotonic() - sent < 20, "the process outlived its run by the stuck step"
     assert proc.returncode == 3 and err.strip().splitlines()[-1].startswith("shardmill run: interrupted (SIGTERM)")
-    assert not os.path.exists(out / "_claim.json")
+    assert not os.path.exists(out / ".claim.json")
 
 
 @pytest.mark.slow
@@ -181,7 +181,7 @@ def test_a_second_run_on_the_same_output_is_refused_naming_the_first(outputs, lc
     first = subprocess.Popen([SHARDMILL, "run", "--config", slow, "--output", str(out)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while not os.path.exists(out / "_claim.json") and time.monotonic() < deadline:
+    while not os.path.exists(out / ".claim.json") and time.monotonic() < deadline:
         time.sleep(0.005)
     first.send_signal(signal.SIGSTOP)  # holds the claim for as long as the second run needs
     try:
@@ -202,9 +202,9 @@ def test_the_claim_of_a_dead_process_is_broken_by_the_next_run(outputs, tmp_path
     out = tmp_path / "out"
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     info = ClaimInfo("crashed-run", ClaimInfo.for_this_process("x").host, int(dead.stdout), None, time.time())
-    os.makedirs(out / "_staging-crashed-run" / "spill")
-    (out / "_staging-crashed-run" / "spill" / "task.arrow").write_bytes(b"partial")
-    (out / "_claim.json").write_bytes(info.to_bytes())
+    os.makedirs(out / ".staging-crashed-run" / "spill")
+    (out / ".staging-crashed-run" / "spill" / "task.arrow").write_bytes(b"partial")
+    (out / ".claim.json").write_bytes(info.to_bytes())
     done = shardmill("run", "--config", configs[1], "--output", str(out))
     assert done.returncode == 0, done.stderr
     assert "broke the claim of a crashed run" in done.stderr
@@ -215,8 +215,8 @@ def test_the_claim_of_a_dead_process_is_broken_by_the_next_run(outputs, tmp_path
 def other_host_claim(out, age_seconds):
     os.makedirs(out, exist_ok=True)
     info = ClaimInfo("elsewhere", "another-host", 4242, None, time.time() - age_seconds)
-    (out / "_claim.json").write_bytes(info.to_bytes())
-    os.utime(out / "_claim.json", (time.time() - age_seconds,) * 2)
+    (out / ".claim.json").write_bytes(info.to_bytes())
+    os.utime(out / ".claim.json", (time.time() - age_seconds,) * 2)
 
 
 @pytest.mark.slow
@@ -237,6 +237,21 @@ def test_a_fresh_claim_of_another_host_is_not_broken_even_when_asked(tmp_path):
     claim = OutputClaim(str(tmp_path), "mine")
     with pytest.raises(ClaimHeldError, match="in use by run elsewhere .host another-host, pid 4242"):
         claim.acquire(break_stale=True)
+
+
+def test_a_claim_in_the_older_format_is_respected_and_broken_when_its_process_is_gone(tmp_path):
+    info = ClaimInfo("older-version", "another-host", 4242, None, time.time())
+    (tmp_path / "_claim.json").write_bytes(info.to_bytes())
+    with pytest.raises(ClaimHeldError, match="in use by run older-version"):
+        OutputClaim(str(tmp_path), "mine").acquire(break_stale=True)
+    assert os.listdir(tmp_path) == ["_claim.json"]  # ours is withdrawn
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone = ClaimInfo("older-version", info.for_this_process("x").host, int(dead.stdout), None, time.time())
+    (tmp_path / "_claim.json").write_bytes(gone.to_bytes())
+    claim = OutputClaim(str(tmp_path), "mine")
+    assert any("its process is gone" in note for note in claim.acquire())
+    assert os.listdir(tmp_path) == [".claim.json"]
+    claim.release()
 
 
 @pytest.fixture
@@ -261,7 +276,7 @@ def test_claims_exclude_each_other_and_release_idempotently(tmp_path, local, mon
     second.start_heartbeat()
     second.beat()
     second.release()
-    assert os.listdir(tmp_path / "_claims" if not local else tmp_path) == []
+    assert os.listdir(tmp_path / ".claims" if not local else tmp_path) == []
 
 
 def test_listing_protocol_orders_claims_by_the_stores_timestamp(tmp_path, listing_protocol):
@@ -271,17 +286,17 @@ def test_listing_protocol_orders_claims_by_the_stores_timestamp(tmp_path, listin
     # A claim written after another loses whatever its name, and withdraws.
     with pytest.raises(ClaimHeldError, match="z-early"):
         late.acquire()
-    assert sorted(os.listdir(tmp_path / "_claims")) == ["z-early.alive", "z-early.json"]
+    assert sorted(os.listdir(tmp_path / ".claims")) == ["z-early.alive", "z-early.json"]
 
 
 def test_listing_protocol_breaks_a_dead_processes_claim(tmp_path, listing_protocol):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    os.makedirs(tmp_path / "_claims")
+    os.makedirs(tmp_path / ".claims")
     info = ClaimInfo("gone", ClaimInfo.for_this_process("x").host, int(dead.stdout), None, time.time())
-    (tmp_path / "_claims" / "gone.json").write_bytes(info.to_bytes())
+    (tmp_path / ".claims" / "gone.json").write_bytes(info.to_bytes())
     notes = OutputClaim(str(tmp_path), "next").acquire()
     assert any("broke the claim" in n for n in notes)
-    assert sorted(os.listdir(tmp_path / "_claims")) == ["next.alive", "next.json"]
+    assert sorted(os.listdir(tmp_path / ".claims")) == ["next.alive", "next.json"]
 
 
 class Crash(BaseException):
@@ -459,12 +474,12 @@ def test_a_run_over_the_error_budget_leaves_the_previous_output_intact(outputs, 
     done = shardmill("run", "--config", str(strict), "--output", str(out), "--overwrite")
     assert done.returncode == 1
     assert content(out) == contents[1] and leftovers(out) == []
-    report = json.loads((out / "_rejected" / "_manifest.json").read_text())
-    errors = (out / "_rejected" / "errors.jsonl").read_text().splitlines()
+    report = json.loads((out / ".rejected" / "manifest.json").read_text())
+    errors = (out / ".rejected" / "errors.jsonl").read_text().splitlines()
     assert report["errors"]["count"] == len(errors) > 0
     # The next committed run removes the stale report.
     assert shardmill("run", "--config", configs[2], "--output", str(out), "--overwrite").returncode == 0
-    assert not os.path.exists(out / "_rejected") and content(out) == contents[2]
+    assert not os.path.exists(out / ".rejected") and content(out) == contents[2]
 
 
 @pytest.mark.slow
@@ -480,10 +495,10 @@ def test_pandas_pyarrow_polars_and_duckdb_read_the_directory_during_a_run(output
     manifest = load_manifest(str(out))
     rows = sum(s["rows"] for s in manifest["shards"])
     # A run in flight: its claim, staged shards and spills sit beside the committed output.
-    (out / "_claim.json").write_text("{}")
-    os.makedirs(out / "_staging-run" / "spill")
-    pq.write_table(pa.table({"x": [1]}), out / "_staging-run" / "g000002-shard-00000-of-00001.parquet")
-    (out / "_staging-run" / "spill" / "task.arrow").write_bytes(b"spill")
+    (out / ".claim.json").write_text("{}")
+    os.makedirs(out / ".staging-run" / "spill")
+    pq.write_table(pa.table({"x": [1]}), out / ".staging-run" / "g000002-shard-00000-of-00001.parquet")
+    (out / ".staging-run" / "spill" / "task.arrow").write_bytes(b"spill")
     positions = sorted(pd.read_parquet(out, columns=["position"])["position"])
     assert len(positions) == rows
     assert ds.dataset(str(out)).count_rows() == rows
@@ -526,21 +541,48 @@ def test_dry_run_builds_every_job_kind_and_checks_its_inputs(lc0_dataset, tmp_pa
 
 
 @pytest.mark.slow
-def test_the_reader_reads_format_1_and_an_overwrite_replaces_it(outputs, tmp_path):
+@pytest.mark.parametrize("version, names", [
+    (1, ["manifest.json", "shard-00000-of-00002.parquet", "shard-00001-of-00002.parquet"]),
+    (2, ["_manifest.json", "g000001-shard-00000-of-00002.parquet", "g000001-shard-00001-of-00002.parquet"]),
+])
+def test_the_reader_reads_older_formats_and_an_overwrite_replaces_them(outputs, tmp_path, version, names):
     configs, contents, _ = outputs
     out = tmp_path / "old"
-    manifest = write_output(str(out), [30, 20], row_group_rows=8, format_version=1)
-    assert sorted(os.listdir(out)) == ["manifest.json", "shard-00000-of-00002.parquet",
-                                       "shard-00001-of-00002.parquet"]
+    manifest = write_output(str(out), [30, 20], row_group_rows=8, format_version=version)
+    if version == 2:
+        os.makedirs(out / "_g000001")
+        (out / "_g000001" / "errors.jsonl").write_text("")
+        manifest["errors"] = {"path": "_g000001/errors.jsonl", "count": 0}
+        (out / "_manifest.json").write_text(json.dumps(manifest))
+        names = ["_g000001"] + names
+    assert sorted(os.listdir(out)) == names
     with ShardReader(str(out), batch_size=64, columns=["id"], order_options=OrderOptions(shuffle=False)) as reader:
         assert sorted(int(i) for b in reader for i in b["id"]) == list(range(50))
-    assert manifest["format_version"] == 1
+    assert manifest["format_version"] == version
     refused = shardmill("run", "--config", configs[1], "--output", str(out))
     assert refused.returncode == 2 and "--overwrite" in refused.stderr
     done = shardmill("run", "--config", configs[1], "--output", str(out), "--overwrite")
     assert done.returncode == 0, done.stderr
     assert content(out) == contents[1] and leftovers(out) == []
-    assert not os.path.exists(out / "manifest.json") and load_manifest(str(out))["format_version"] == 2
+    assert not set(names) & set(os.listdir(out)) and load_manifest(str(out))["format_version"] == 3
+
+
+def test_a_commit_cut_short_after_the_new_format_manifest_shows_the_new_output(tmp_path):
+    out = tmp_path / "o"
+    write_output(str(out), [30, 20], row_group_rows=8, format_version=2)
+    old = sorted(os.listdir(out))
+    new = write_output(str(tmp_path / "new"), [10], row_group_rows=8)
+    new["shards"][0]["path"] = "g000002-shard-00000-of-00001.parquet"
+    new["generation"] = 2
+    shutil.copy(tmp_path / "new" / "g000001-shard-00000-of-00001.parquet", out / new["shards"][0]["path"])
+    (out / ".manifest.json").write_text(json.dumps(new))  # the commit point; the old files are still there
+    assert load_manifest(str(out))["generation"] == 2
+    with ShardReader(str(out), batch_size=64, columns=["id"]) as reader:
+        assert sorted(int(i) for b in reader for i in b["id"]) == list(range(10))
+    committed = lifecycle.read_committed(str(out))
+    assert committed.manifest_name == ".manifest.json" and sorted(leftovers(out)) == old
+    lifecycle.clean_leftovers(str(out), committed)
+    assert sorted(os.listdir(out)) == [".manifest.json", "g000002-shard-00000-of-00001.parquet"]
 
 
 def test_the_manifest_has_the_same_fields_for_every_job_kind(outputs, tmp_path):
@@ -554,5 +596,5 @@ def test_the_manifest_has_the_same_fields_for_every_job_kind(outputs, tmp_path):
 
 
 def test_a_missing_manifest_is_refused_by_the_reader(tmp_path):
-    with pytest.raises(OutputError, match="no _manifest.json"):
+    with pytest.raises(OutputError, match="no .manifest.json"):
         load_manifest(str(tmp_path))
