@@ -25,8 +25,8 @@ from shardmill.transforms.common.spill import write_spill
 from shardmill.transforms.events.formats import EVENT_SUFFIXES, EventReadOptions, compression_of
 from shardmill.transforms.events.partition_sampling import (exact_bucket, exact_label_counts, exact_rows, one_pass_rows,
                                                             partition_stats, shard_batches, two_pass_rows)
-from shardmill.transforms.events.partitions import EventRange, common_root, split_file
-from shardmill.transforms.events.readers import column_names, read_events
+from shardmill.transforms.events.partitions import EventRange, common_root, relative_name, split_file
+from shardmill.transforms.events.readers import HIVE_NULL, column_names, hive_values, read_events
 from shardmill.transforms.events.sampling import exact_cut, exact_keep_count, exact_threshold
 from shardmill.transforms.events.schema import PartitionSchema, unify_schemas
 from shardmill.transforms.job import JobOutputs
@@ -46,6 +46,14 @@ class LabelSpec:
     mode: str
     seed: int
     max_partition_bytes: int
+    partition_by: tuple[str, ...] = ()  # hive keys grouping the input for EXACT / TWO_PASS
+
+    def group(self, part: EventRange) -> str:
+        """The group whose ratio a range's rows count toward: its values of the partition_by keys ("": all)."""
+        if not self.partition_by:
+            return ""
+        values = dict(hive_values(part.relative))
+        return "/".join(f"{key}={HIVE_NULL if values.get(key) is None else values[key]}" for key in self.partition_by)
 
     @property
     def label_column(self) -> str:
@@ -55,9 +63,9 @@ class LabelSpec:
         return read_events(part, self.options, labels_only=labels_only)
 
 
-def _label_counts(part: EventRange, spec: LabelSpec) -> tuple[int, int]:
+def _label_counts(part: EventRange, spec: LabelSpec) -> tuple[str, tuple[int, int]]:
     is_target = spec.read(part, labels_only=True).target_mask()
-    return int(is_target.sum()), int((~is_target).sum())
+    return spec.group(part), (int(is_target.sum()), int((~is_target).sum()))
 
 
 def _sum_pairs(pairs):
@@ -65,8 +73,8 @@ def _sum_pairs(pairs):
     return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
 
 
-def _label_histogram(part: EventRange, spec: LabelSpec) -> tuple[int, np.ndarray]:
-    return exact_label_counts(spec.read(part, labels_only=True), spec.seed)
+def _label_histogram(part: EventRange, spec: LabelSpec) -> tuple[str, tuple[int, np.ndarray]]:
+    return spec.group(part), exact_label_counts(spec.read(part, labels_only=True), spec.seed)
 
 
 class _SumHistograms(beam.CombineFn):
@@ -90,20 +98,23 @@ class _SumHistograms(beam.CombineFn):
         return accumulator
 
 
-def _exact_cut(totals, ratio: float):
-    targets, histogram = totals
+def _exact_cut(group_totals, ratio: float):
+    group, (targets, histogram) = group_totals
     non_targets = 0 if histogram is None else int(histogram.sum())
-    return exact_cut(histogram, exact_keep_count(targets, non_targets, ratio)) if non_targets else None
+    return group, exact_cut(histogram, exact_keep_count(targets, non_targets, ratio)) if non_targets else None
 
 
-def _bucket_priorities(part: EventRange, cut, spec: LabelSpec) -> np.ndarray:
-    if cut is None:
-        return np.zeros(0, np.uint64)
-    return exact_bucket(spec.read(part, labels_only=True), cut[0], spec.seed)
+def _bucket_priorities(part: EventRange, cuts: dict, spec: LabelSpec) -> tuple[str, np.ndarray]:
+    group = spec.group(part)
+    if cuts[group] is None:
+        return group, np.zeros(0, np.uint64)
+    return group, exact_bucket(spec.read(part, labels_only=True), cuts[group][0], spec.seed)
 
 
-def _threshold(bucket_priorities: list[np.ndarray], cut) -> int | None:
-    return None if cut is None else exact_threshold(bucket_priorities, cut[1])
+def _threshold(group_buckets, cuts: dict) -> tuple[str, int | None]:
+    group, bucket_priorities = group_buckets
+    cut = cuts[group]
+    return group, None if cut is None else exact_threshold(list(bucket_priorities), cut[1])
 
 
 class _SampleFileFn(beam.DoFn):
@@ -115,8 +126,9 @@ class _SampleFileFn(beam.DoFn):
         self._num_shards = num_shards
         self._progress = ProgressLog(paths.progress_dir)
 
-    def process(self, event_range, totals=None, threshold=None):
+    def process(self, event_range, totals=None, thresholds=None):
         spec = self._spec
+        group = spec.group(event_range)
         part = spec.read(event_range)
         for dead in part.dead_letters:
             yield beam.pvalue.TaggedOutput(ERRORS, dead.to_dict())
@@ -126,12 +138,14 @@ class _SampleFileFn(beam.DoFn):
         if spec.mode in ("ITERATIVE", "ADAPTIVE"):
             rows = one_pass_rows(part, spec.ratio, spec.mode, spec.seed)
         elif spec.mode == "EXACT":
-            rows = exact_rows(part, threshold, spec.seed)
+            rows = exact_rows(part, thresholds[group], spec.seed)
         else:
-            targets, non_targets = totals
+            targets, non_targets = totals[group]
             rate = min(1.0, spec.ratio * targets / non_targets) if non_targets else 0.0
             rows = two_pass_rows(part, rate, spec.seed)
         stats = partition_stats(part, rows)
+        if spec.partition_by:
+            stats["group"] = group
         self._progress.record("sample", partitions=1, records=stats["records"], bytes=max(event_range.size, 0))
         if event_range.not_split:
             stats["not_split"] = event_range.not_split
@@ -200,6 +214,20 @@ def check_label_column(files: list[str], options: EventReadOptions, opener=None)
                           f"({first[0]} has: {', '.join(first[1]) or 'no columns'})")
 
 
+def check_partition_by(files: list[str], inputs: list[str], keys: tuple[str, ...]) -> None:
+    """ConfigError when a partition_by key is in no input file's folders."""
+    from shardmill.pipelines.config import ConfigError
+
+    if not keys:
+        return
+    root = common_root(inputs)
+    found = {key for path in files for key, _ in hive_values(relative_name(path, root))}
+    missing = [key for key in keys if key not in found]
+    if missing:
+        raise ConfigError(f"label_sampling.partition_by: no input file is below a {missing[0]}=... folder "
+                          f"(hive keys found: {', '.join(sorted(found)) or 'none'})")
+
+
 class LabelJob(beam.PTransform):
     """Event files → label-sampled rows spilled per shard (JobOutputs)."""
 
@@ -226,27 +254,28 @@ class LabelJob(beam.PTransform):
         )
         sample = _SampleFileFn(spec, self._paths, self._num_shards)
         side_inputs = {}
+        # The two-pass modes hold the ratio per group (spec.group: one group unless partition_by says).
         if spec.mode == "TWO_PASS":
             totals = (
                 files
                 | "CountLabels" >> beam.Map(_label_counts, spec)
-                | "Totals" >> beam.CombineGlobally(_sum_pairs)
+                | "Totals" >> beam.CombinePerKey(_sum_pairs)
             )
-            side_inputs["totals"] = beam.pvalue.AsSingleton(totals)
+            side_inputs["totals"] = beam.pvalue.AsDict(totals)
         elif spec.mode == "EXACT":
-            cut = (
+            cuts = (
                 files
                 | "LabelHistograms" >> beam.Map(_label_histogram, spec)
-                | "Histogram" >> beam.CombineGlobally(_SumHistograms())
+                | "Histogram" >> beam.CombinePerKey(_SumHistograms())
                 | "Cut" >> beam.Map(_exact_cut, spec.ratio)
             )
-            threshold = (
+            thresholds = (
                 files
-                | "CutBucket" >> beam.Map(_bucket_priorities, beam.pvalue.AsSingleton(cut), spec)
-                | "AllInBucket" >> beam.combiners.ToList()
-                | "Threshold" >> beam.Map(_threshold, beam.pvalue.AsSingleton(cut))
+                | "CutBucket" >> beam.Map(_bucket_priorities, beam.pvalue.AsDict(cuts), spec)
+                | "AllInBucket" >> beam.GroupByKey()
+                | "Threshold" >> beam.Map(_threshold, beam.pvalue.AsDict(cuts))
             )
-            side_inputs["threshold"] = beam.pvalue.AsSingleton(threshold)
+            side_inputs["thresholds"] = beam.pvalue.AsDict(thresholds)
         sampled = files | "Sample" >> beam.ParDo(sample, **side_inputs).with_outputs(ERRORS, STATS, SCHEMAS,
                                                                                       main="refs")
         event_schema = (

@@ -28,7 +28,8 @@ def label_spec(config):
     options = EventReadOptions(labels.label_column, tuple(labels.target_values) or ("1",),
                                tuple(labels.column_names), tuple(sorted(labels.column_types.items())),
                                labels.hive_partitioning)
-    return LabelSpec(options, labels.ratio, label_mode(labels), config.seed, labels.max_partition_bytes)
+    return LabelSpec(options, labels.ratio, label_mode(labels), config.seed, labels.max_partition_bytes,
+                     tuple(labels.partition_by))
 
 
 class LabelsKind(JobKind):
@@ -61,14 +62,24 @@ class LabelsKind(JobKind):
                 arrow_type(alias)
             except ValueError as err:
                 raise ConfigError(f"label_sampling.column_types[{column!r}]: {err}") from None
+        keys = list(labels.partition_by)
+        if keys:
+            if len(set(keys)) != len(keys) or "" in keys:
+                raise ConfigError(f"label_sampling.partition_by: must be distinct and non-empty, got {keys}")
+            if not labels.hive_partitioning:
+                raise ConfigError("label_sampling.partition_by: names hive keys, so it needs hive_partitioning: true")
+            if label_mode(labels) not in ("EXACT", "TWO_PASS"):
+                raise ConfigError(f"label_sampling.partition_by: holds the ratio per group in modes EXACT and "
+                                  f"TWO_PASS; mode {label_mode(labels)} holds it per file")
 
     def plan(self, config, inputs):
-        from shardmill.transforms.events.job import LabelPlan, check_label_column, input_files
+        from shardmill.transforms.events.job import LabelPlan, check_label_column, check_partition_by, input_files
         from shardmill.transforms.output.shard_count import ShardSizing, shard_count
 
         files = input_files(inputs)
         spec = label_spec(config)
         check_label_column([path for path, _ in files], spec.options)
+        check_partition_by([path for path, _ in files], inputs, spec.partition_by)
         input_bytes = sum(size for _, size in files)
         num_shards = shard_count(input_bytes, ShardSizing.of(config.output), WRITE_LESS)
         return LabelPlan(spec, tuple(inputs), num_shards, input_bytes)

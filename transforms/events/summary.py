@@ -15,6 +15,8 @@ def render_summary(manifest: dict) -> str:
         f"targets     {stats['targets']:>14,}   all kept",
         f"non-targets {stats['non_targets_in']:>14,}   kept {stats['non_targets_out']:,} "
         f"(exact count would be {stats['exact_target_count']:,})",
+        *[f"  {name}: {g['targets']:,} targets, kept {g['non_targets_out']:,} of {g['non_targets_in']:,} "
+          f"non-targets (exact count {g['exact_target_count']:,})" for name, g in stats.get("groups", {}).items()][:20],
         f"records out {acc['records_written']:>14,}   in {manifest['num_shards']} shard(s)",
         f"errors {sum(acc['errors_by_reason'].values()):,}" + ("" if not acc["errors_by_reason"] else ": " + ", ".join(
             f"{k} {v}" for k, v in acc["errors_by_reason"].items())),
@@ -39,19 +41,29 @@ def render_summary(manifest: dict) -> str:
     return "\n".join(lines)
 
 
-def label_sampling_stats(stats: list[dict], ratio: float, mode: str) -> dict:
+def _counts(stats: list[dict], ratio: float) -> dict:
     targets = sum(s["targets"] for s in stats)
     non_in = sum(s["non_targets_in"] for s in stats)
     non_out = sum(s["non_targets_out"] for s in stats)
-    achieved = non_out / targets if targets else None
+    return {"targets": targets, "non_targets_in": non_in, "non_targets_out": non_out,
+            "achieved_ratio": non_out / targets if targets else None,
+            "exact_target_count": exact_keep_count(targets, non_in, ratio)}
+
+
+def label_sampling_stats(stats: list[dict], ratio: float, mode: str) -> dict:
+    """The run's counts; with partition_by, also each group's (`groups`: the ratio is held per group)."""
+    totals = _counts(stats, ratio)
+    achieved = totals["achieved_ratio"]
+    by_group: dict[str, list[dict]] = {}
+    for s in stats:
+        if "group" in s:
+            by_group.setdefault(s["group"], []).append(s)
+    extra = {"groups": {g: _counts(members, ratio) for g, members in sorted(by_group.items())}} if by_group else {}
     return {
         "mode": mode,
         "requested_ratio": ratio,
-        "targets": targets,
-        "non_targets_in": non_in,
-        "non_targets_out": non_out,
-        "achieved_ratio": achieved,
+        **totals,
         "ratio_error": None if achieved is None else achieved - ratio,
-        "exact_target_count": exact_keep_count(targets, non_in, ratio),
         "partitions": sorted(stats, key=lambda s: s["partition"]),
+        **extra,
     }

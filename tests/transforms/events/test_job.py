@@ -11,7 +11,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from shardmill.native_ext import OrderOptions, load_manifest
 from shardmill.pipelines import cli
-from shardmill.pipelines.config import parse_config, validate
+from shardmill.pipelines.config import ConfigError, parse_config, validate
 from shardmill.pipelines.run_job import run_job
 from shardmill.transforms.common.discovery import expand_inputs
 from shardmill.transforms.common.keyed_hash import fingerprint
@@ -352,3 +352,66 @@ def test_hive_folders_become_typed_columns_unified_across_files(tmp_path):
     assert "column 'hour' is double here but int64" in errors[0]["detail"]
     without = run_config([str(logs)], tmp_path / "o2", 'label_column: "clicked" ratio: 1')
     assert "dt" not in read_rows(str(tmp_path / "o2"), without).column_names
+
+
+@pytest.fixture()
+def two_days(tmp_path):
+    """dt=2026-11-01: two files, 40 targets among 500 rows; dt=2026-11-02: one file, 100 among 500."""
+    logs = tmp_path / "logs"
+    for folder, name, rows, every in [("dt=2026-11-01", "part-0.csv", 300, 10), ("dt=2026-11-01", "part-1.csv", 200, 20),
+                                      ("dt=2026-11-02", "part-0.csv", 500, 5)]:
+        (logs / folder).mkdir(parents=True, exist_ok=True)
+        (logs / folder / name).write_text("id,clicked\n" + "".join(f"{i},{int(i % every == 0)}\n" for i in range(rows)))
+    return logs
+
+
+def kept_per_day(out, manifest):
+    table = read_rows(str(out), manifest)
+    return {day: sum(1 for d, c in zip(table["dt"].to_pylist(), table["clicked"].to_pylist()) if d == day and not c)
+            for day in ("2026-11-01", "2026-11-02")}
+
+
+@pytest.mark.slow
+def test_partition_by_holds_the_exact_ratio_within_each_hive_group(two_days, tmp_path):
+    hive = 'label_column: "clicked" ratio: 2 mode: EXACT hive_partitioning: true max_partition_bytes: 500'
+    grouped = run_config([str(two_days)], tmp_path / "o", hive + ' partition_by: "dt"')
+    assert kept_per_day(tmp_path / "o", grouped) == {"2026-11-01": 80, "2026-11-02": 200}  # round(2 x targets)
+    groups = grouped["stats"]["label_sampling"]["groups"]
+    assert {g: (s["targets"], s["non_targets_out"]) for g, s in groups.items()} == {
+        "dt=2026-11-01": (40, 80), "dt=2026-11-02": (100, 200)}
+    assert len(grouped["stats"]["label_sampling"]["partitions"]) > 3  # files were split into ranges
+    whole = run_config([str(two_days)], tmp_path / "o2", hive)
+    kept = kept_per_day(tmp_path / "o2", whole)
+    assert sum(kept.values()) == 280 and kept["2026-11-01"] > 100  # one group: day 1's 460 non-targets weigh more
+    assert "groups" not in whole["stats"]["label_sampling"]
+
+
+@pytest.mark.slow
+def test_partition_by_holds_the_two_pass_rate_within_each_hive_group(two_days, tmp_path):
+    manifest = run_config([str(two_days)], tmp_path / "o", 'label_column: "clicked" ratio: 2 mode: TWO_PASS '
+                          'hive_partitioning: true partition_by: "dt"')
+    kept = kept_per_day(tmp_path / "o", manifest)
+    # Each non-target of day d is kept with rate 2 * targets_d / non_targets_d: Binomial(non_targets_d, rate).
+    for day, (targets, non_targets) in {"2026-11-01": (40, 460), "2026-11-02": (100, 400)}.items():
+        rate = 2 * targets / non_targets
+        sigma = (non_targets * rate * (1 - rate)) ** 0.5
+        assert abs(kept[day] - 2 * targets) <= 4 * sigma, (day, kept[day])
+    # One group would keep day 1's non-targets at 280 / 860: 150 expected, 8 sigma from 80.
+    assert kept["2026-11-01"] < 80 + 4 * (460 * 0.174 * 0.826) ** 0.5
+
+
+@pytest.mark.parametrize("settings, message", [
+    ('mode: EXACT partition_by: "dt"', "needs hive_partitioning: true"),
+    ('hive_partitioning: true partition_by: "dt"', "mode ADAPTIVE holds it per file"),
+    ('mode: EXACT hive_partitioning: true partition_by: "dt" partition_by: "dt"', "must be distinct"),
+])
+def test_partition_by_is_refused_where_it_cannot_hold(settings, message):
+    with pytest.raises(ConfigError, match=message):
+        validate(parse_config(f'input: "x"\nlabel_sampling {{ label_column: "c" {settings} }}'))
+
+
+@pytest.mark.slow
+def test_a_partition_by_key_in_no_folder_is_a_config_error(two_days, tmp_path):
+    with pytest.raises(ConfigError, match=r"no input file is below a country=\.\.\. folder \(hive keys found: dt\)"):
+        run_config([str(two_days)], tmp_path / "o",
+                   'label_column: "clicked" mode: EXACT hive_partitioning: true partition_by: "country"')
