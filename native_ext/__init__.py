@@ -12,7 +12,7 @@ import pyarrow as _pyarrow
 from shardmill.native_ext._build_info import BUILT_AGAINST_PYARROW
 
 __all__ = ["BUILT_AGAINST_PYARROW", "Lc0Tensors", "MegatronSamples", "NativeError", "OrderOptions", "OutputError",
-           "ReadOptions", "ShardOptions", "ShardReader", "cached_memory_bytes", "check_pyarrow_match", "load_manifest",
+           "ReadOptions", "RemoteOptions", "ShardOptions", "ShardReader", "cached_memory_bytes", "check_pyarrow_match", "load_manifest",
            "release_cached_memory", "self_check"]
 
 
@@ -34,3 +34,4 @@ from shardmill.native_ext._native import (NativeError, cached_memory_bytes, rele
 from shardmill.native_ext.converters import Lc0Tensors, MegatronSamples  # noqa: E402
 from shardmill.native_ext.options import OrderOptions, ReadOptions, ShardOptions  # noqa: E402
 from shardmill.native_ext.reader import OutputError, ShardReader, load_manifest  # noqa: E402
+from shardmill.native_ext.remote import RemoteOptions  # noqa: E402

@@ -21,8 +21,9 @@ from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+
+from shardmill.native_ext.remote import RemoteOptions, filesystem_of
 
 ARROW_FORMATS = ("arrow", "numpy", "offsets")
 
@@ -68,8 +69,9 @@ class ArrowColumns:
     """
 
     def __init__(self, shard_paths: list[str], row_groups: list[list[int]], columns: list[str], as_format: str,
-                 cached_row_groups: int):
+                 cached_row_groups: int, remote: RemoteOptions = RemoteOptions()):
         self._paths = list(shard_paths)
+        self._remote = remote
         self._groups = [(s, g) for s, counts in enumerate(row_groups) for g in range(len(counts))]
         sizes = [n for counts in row_groups for n in counts]
         self._starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
@@ -86,7 +88,7 @@ class ArrowColumns:
         if shard in self._files:
             self._files.move_to_end(shard)
             return self._files[shard]
-        filesystem, path = pafs.FileSystem.from_uri(self._paths[shard])
+        filesystem, path = filesystem_of(self._paths[shard], self._remote)
         parquet = pq.ParquetFile(filesystem.open_input_file(path))
         self._files[shard] = parquet
         while len(self._files) > 64:  # open shards kept

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from shardmill.native_ext.remote import RemoteOptions, child_uri, filesystem_of
 from shardmill.transforms.output.contract import MANIFEST_NAME, MANIFEST_NAMES, READABLE_FORMAT_VERSIONS
 
 MAX_SHARDS = 1_000_000
@@ -38,7 +39,12 @@ SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 class OutputError(ValueError):
-    """A directory that is not a complete, consistent shardmill output."""
+    """A directory that is not a complete, consistent shardmill output (or one that can't be reached).
+
+    Always one line: storage clients' own messages (GCS's run over several) are folded into it."""
+
+    def __init__(self, message: str):
+        super().__init__(" ".join(str(message).split()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,14 +92,14 @@ def typed_columns(manifest: dict, schema: pa.Schema) -> dict[str, np.dtype]:
     return {"tokens": dtype}
 
 
-def locate(path: str) -> tuple[pafs.FileSystem, str, str]:
+def locate(path: str, remote: RemoteOptions = RemoteOptions()) -> tuple[pafs.FileSystem, str, str]:
     """(filesystem, base path on it, location for the native reader) of a directory path or URI."""
     if not isinstance(path, (str, os.PathLike)):
         raise OutputError(f"dataset path must be a string, got {type(path).__name__}")
     path = os.fspath(path)
     if "://" in path and not path.startswith("file://"):
         try:
-            fs, base = pafs.FileSystem.from_uri(path)
+            fs, base = filesystem_of(path, remote)
         except (ValueError, TypeError, OSError, pa.ArrowException) as err:
             raise OutputError(f"{path!r}: not a dataset location ({err})") from None
         return fs, base.rstrip("/"), path.rstrip("/")
@@ -200,7 +206,7 @@ def _resolve_shard(fs: pafs.FileSystem, base: str, location: str, relative, wher
         if not stat.S_ISREG(mode):
             raise _fail(where, f"shard {on_fs} is not a regular file")
         return on_fs, on_fs
-    return on_fs, location.rstrip("/") + "/" + relative
+    return on_fs, child_uri(location, relative)
 
 
 def servable(type_: pa.DataType) -> bool:
@@ -248,7 +254,8 @@ def _check_columns(path: str, schema: pa.Schema, columns: list[str], first_schem
                               "in the first shard")
 
 
-def open_dataset(path: str, verify_checksums: bool = False, columns=None) -> Dataset:
+def open_dataset(path: str, verify_checksums: bool = False, columns=None,
+                 remote: RemoteOptions = RemoteOptions()) -> Dataset:
     """The checked dataset at path (see the module doc); OutputError naming the file and field.
 
     verify_checksums also reads every byte of every shard for its SHA-256.
@@ -256,9 +263,10 @@ def open_dataset(path: str, verify_checksums: bool = False, columns=None) -> Dat
     type (checked from the footers, before any read).
     DEFAULT_COLUMNS: the output's default_columns, checked the same way.
     None: no columns are checked.
+    remote: bounds on the calls that reach a remote dataset.
     """
     first_schema, nullable = None, set()
-    fs, base, location = locate(path)
+    fs, base, location = locate(path, remote)
     manifest, manifest_path = _read_manifest(fs, base, os.fspath(path))
     check_manifest(manifest, manifest_path)
     columns = columns if columns in (None, DEFAULT_COLUMNS) else list(columns)
@@ -299,6 +307,6 @@ def open_dataset(path: str, verify_checksums: bool = False, columns=None) -> Dat
     return Dataset(location, manifest, shard_paths, columns or [], typed_columns(manifest, first_schema), native)
 
 
-def load_manifest(path: str, verify_checksums: bool = False) -> dict:
+def load_manifest(path: str, verify_checksums: bool = False, remote: RemoteOptions = RemoteOptions()) -> dict:
     """The manifest of an output directory, after checking it and every shard against it."""
-    return open_dataset(path, verify_checksums).manifest
+    return open_dataset(path, verify_checksums, remote=remote).manifest

@@ -27,13 +27,13 @@ from typing import Sequence
 import grain
 import numpy as np
 import pyarrow as pa
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from shardmill.native_ext.converters import Converter
 from shardmill.native_ext.dataset import DEFAULT_COLUMNS, open_dataset
 from shardmill.native_ext.options import OrderOptions, ReadOptions, ShardOptions, check_type
 from shardmill.native_ext.reader import ShardReader
+from shardmill.native_ext.remote import RemoteOptions, filesystem_of
 
 
 class ShardIterDataset(grain.IterDataset):
@@ -108,11 +108,14 @@ class ShardDataSource(grain.sources.RandomAccessDataSource):
     cached_row_groups: decoded row groups kept (least recently used goes first).
     """
 
-    def __init__(self, path: str, columns: Sequence[str] | None = None, cached_row_groups: int = 8):
+    def __init__(self, path: str, columns: Sequence[str] | None = None, cached_row_groups: int = 8,
+                 remote: RemoteOptions = RemoteOptions()):
         if cached_row_groups < 1:
             raise ValueError(f"cached_row_groups must be >= 1, got {cached_row_groups}")
+        self._remote = check_type("remote", remote, RemoteOptions)
         # The untrusted-output checks; columns None: the output's own (ShardReader's defaults).
-        dataset = open_dataset(path, False, columns=DEFAULT_COLUMNS if columns is None else list(columns))
+        dataset = open_dataset(path, False, columns=DEFAULT_COLUMNS if columns is None else list(columns),
+                               remote=remote)
         self._path = path
         self._columns = dataset.columns
         self._typed = dataset.typed
@@ -150,7 +153,7 @@ class ShardDataSource(grain.sources.RandomAccessDataSource):
         shard, index = self._groups[group]
         files = self._local.__dict__.setdefault("files", {})
         if shard not in files:
-            filesystem, path = pafs.FileSystem.from_uri(self._shard_paths[shard])
+            filesystem, path = filesystem_of(self._shard_paths[shard], self._remote)
             files[shard] = pq.ParquetFile(filesystem.open_input_file(path))
         # Decoded outside the lock (pyarrow releases the GIL): threads decode different row groups at once.
         table = files[shard].read_row_group(index, columns=self._columns)

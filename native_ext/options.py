@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from shardmill.native_ext.remote import RemoteOptions
+
 MAX_THREADS = 1024
 MAX_WINDOWS = 1 << 20
 
@@ -73,16 +75,20 @@ class ReadOptions:
     verify_checksums: check every shard's SHA-256 before starting (reads
       every byte). Parquet pages carry no checksums by default, so bytes
       corrupted inside compressed data can decode to wrong values silently.
+    remote: bounds on every call that reaches a remote (s3://, gs://)
+      dataset: connect and request timeouts, attempts (remote.py).
     """
 
     num_threads: int = 2
     prefetch_windows: int = 2
     verify_checksums: bool = False
+    remote: RemoteOptions = RemoteOptions()
 
     def __post_init__(self):
         _check_int("ReadOptions", "num_threads", self.num_threads, 1, MAX_THREADS)
         _check_int("ReadOptions", "prefetch_windows", self.prefetch_windows, 0, 64)
         _check_bool("ReadOptions", "verify_checksums", self.verify_checksums)
+        check_type("ReadOptions.remote", self.remote, RemoteOptions)
 
 
 def check_type(name: str, value, cls: type | tuple[type, ...]):

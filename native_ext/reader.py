@@ -119,7 +119,7 @@ class ShardReader:
         shard = check_type("shard_options", shard_options, ShardOptions)
         read = check_type("read_options", read_options, ReadOptions)
         dataset = open_dataset(path, read.verify_checksums,
-                               columns=DEFAULT_COLUMNS if columns is None else list(columns))
+                               columns=DEFAULT_COLUMNS if columns is None else list(columns), remote=read.remote)
         columns = dataset.columns
         if converter is not None:
             converter = check_type("converter", converter, CONVERTERS).bind(dataset.manifest)
@@ -140,7 +140,7 @@ class ShardReader:
             self._native_columns = [self._carrier]
         arrow = [c for c in columns if c not in dataset.native]
         self._arrow = ArrowColumns(dataset.shard_paths, [s["row_groups"] for s in self._manifest["shards"]], arrow,
-                                   arrow_columns_as, 2 * order.window_row_groups) if arrow else None
+                                   arrow_columns_as, 2 * order.window_row_groups, read.remote) if arrow else None
         self._settings = {
             "dataset": self._dataset_fingerprint(),
             "batch_size": int(batch_size),
@@ -189,6 +189,7 @@ class ShardReader:
             setattr(options, name, self._settings[name])
         options.columns = self._native_columns
         options.num_threads, options.prefetch_windows = self._read.num_threads, self._read.prefetch_windows
+        options.remote = self._read.remote.as_native()
         options.start_epoch, options.start_position = start_epoch, start_position
         if self._converter is not None:
             self._converter.configure(options)

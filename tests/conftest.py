@@ -36,3 +36,20 @@ def local_open(path):
 
 def sources_of(directory):
     return [os.path.join(directory, n) for n in sorted(os.listdir(directory))]
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A real S3 server on loopback (moto), with the environment pointing AWS clients at it for the session."""
+    from tests.support.s3_server import S3Server
+
+    server = S3Server(str(tmp_path_factory.mktemp("s3") / "server.log"))
+    saved = {key: os.environ.get(key) for key in server.env}
+    os.environ.update(server.env)
+    yield server
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    server.stop()

@@ -14,6 +14,7 @@ namespace shardmill {
 
 struct ReaderOptions {
   std::vector<ShardFile> shards;       // in manifest order (global row-group numbering follows it)
+  RemoteOptions remote;                // given to every shard by ShardReader::Make
   std::vector<std::string> columns;    // fixed_size_binary or fixed-width numeric
   int64_t batch_size = 256;
   bool drop_remainder = false;         // drop each epoch's last partial batch

@@ -14,7 +14,7 @@ arrow::Result<std::unique_ptr<ShardHandle>> ShardHandle::Open(const ShardFile& s
   auto handle = std::unique_ptr<ShardHandle>(new ShardHandle());
   handle->path_ = shard.path;
   std::string internal_path;
-  ARROW_ASSIGN_OR_RAISE(auto fs, arrow::fs::FileSystemFromUriOrPath(shard.path, &internal_path));
+  ARROW_ASSIGN_OR_RAISE(auto fs, OpenFileSystem(shard.path, shard.remote, &internal_path));
   ARROW_ASSIGN_OR_RAISE(auto input, fs->OpenInputFile(internal_path));
   parquet::arrow::FileReaderBuilder builder;
   ARROW_RETURN_NOT_OK(builder.Open(input, parquet::ReaderProperties(pool)));  // page buffers from `pool` too

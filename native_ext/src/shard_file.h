@@ -19,12 +19,14 @@
 
 #include "plain_pages.h"
 #include "recycling_pool.h"
+#include "remote_filesystem.h"
 
 namespace shardmill {
 
 struct ShardFile {
   std::string path;                    // local path or Arrow filesystem URI
   std::vector<int64_t> row_group_rows;  // as the manifest states
+  RemoteOptions remote;                 // bounds on the calls reaching it, when it is remote
 };
 
 // One output column: its name and the bytes one row takes.

@@ -34,7 +34,9 @@ arrow::Result<ColumnSpec> SpecOf(const arrow::Schema& schema, const std::string&
 
 }  // namespace
 
-ShardReader::ShardReader(ReaderOptions options) : options_(std::move(options)) {}
+ShardReader::ShardReader(ReaderOptions options) : options_(std::move(options)) {
+  for (auto& shard : options_.shards) shard.remote = options_.remote;
+}
 
 ShardReader::~ShardReader() { Stop(); }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 #include "bind/tensor_arrays.h"
 #include "large_buffer.h"
@@ -147,6 +148,16 @@ PYBIND11_MODULE(_native, m) {
             options.shards.push_back({std::move(path), std::move(row_group_rows)});
           },
           py::arg("path"), py::arg("row_group_rows"))
+      .def_property(
+          "remote",
+          [](const shardmill::ReaderOptions& options) {
+            return py::make_tuple(options.remote.connect_timeout_seconds, options.remote.request_timeout_seconds,
+                                  options.remote.max_attempts);
+          },
+          [](shardmill::ReaderOptions& options, std::tuple<double, double, int> remote) {
+            options.remote = {std::get<0>(remote), std::get<1>(remote), std::get<2>(remote)};
+          },
+          "(connect_timeout_seconds, request_timeout_seconds, max_attempts) for remote shards")
       .def_readwrite("columns", &shardmill::ReaderOptions::columns)
       .def_readwrite("batch_size", &shardmill::ReaderOptions::batch_size)
       .def_readwrite("drop_remainder", &shardmill::ReaderOptions::drop_remainder)

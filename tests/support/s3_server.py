@@ -1,0 +1,89 @@
+"""A real S3 protocol server on loopback for tests: moto's standalone server in a subprocess.
+
+The job and the reader reach it as they reach AWS: through the standard
+environment (AWS_ENDPOINT_URL, keys, region), which Arrow (C++ and Python)
+and boto3 read. `requests()` counts the server's requests (moto's own log),
+so a test can tell whether bytes came from the store or a cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pyarrow.fs as pafs
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class S3Server:
+    def __init__(self, log_path: str):
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._log_path = log_path
+        self._log = open(log_path, "wb")
+        self._process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                                         stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                break
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"moto's S3 server did not start: {open(log_path, 'rb').read()[-2000:]!r}")
+            time.sleep(0.1)
+
+    @property
+    def env(self) -> dict:
+        """The environment that points AWS clients (Arrow, boto3) at this server."""
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+
+    def filesystem(self) -> pafs.S3FileSystem:
+        return pafs.S3FileSystem(endpoint_override=self.endpoint, access_key="testing", secret_key="testing",
+                                 region="us-east-1", allow_bucket_creation=True, allow_bucket_deletion=True)
+
+    def create_bucket(self, name: str) -> str:
+        self.filesystem().create_dir(name)
+        return f"s3://{name}"
+
+    def upload(self, local_dir: str, bucket_path: str) -> None:
+        pafs.copy_files(local_dir, bucket_path, source_filesystem=pafs.LocalFileSystem(),
+                        destination_filesystem=self.filesystem())
+
+    def requests(self, method: str = "GET", path_part: str = "") -> int:
+        """Requests the server logged so far with this method whose path contains path_part."""
+        self._log.flush()
+        with open(self._log_path, "rb") as f:
+            lines = f.read().decode(errors="replace").splitlines()
+        return sum(1 for line in lines if f'"{method} ' in line and path_part in line)
+
+    def stop(self) -> None:
+        if self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        self._log.close()
+
+
+@contextlib.contextmanager
+def silent_server():
+    """A TCP server on loopback that accepts connections and never answers: a store that hangs."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    try:
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        listener.close()
