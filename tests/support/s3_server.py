@@ -9,7 +9,6 @@ so a test can tell whether bytes came from the store or a cache.
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import subprocess
 import sys
