@@ -11,7 +11,8 @@ process, one epoch of batches of 256 rows with every column:
   a numpy permutation of its rows, and `take` per batch (a global shuffle
   of an output held in memory);
 - reader: ShardReader, Arrow arrays for the string and list columns;
-- reader numpy: ShardReader with arrow_columns_as="numpy".
+- reader numpy: ShardReader with arrow_columns_as="numpy";
+- reader offsets: ShardReader with arrow_columns_as="offsets" (strings and lists as offsets + values).
 
 Prints one JSON object: rows/s per way and round, best round each, ratio to pyarrow.
 """
@@ -89,7 +90,8 @@ def main() -> None:
     out = make_output(tempfile.mkdtemp(prefix="bench_arrow_columns_"), args.rows)
     ways = {"pyarrow iter_batches + numpy shuffle": lambda s: pyarrow_epoch(out, s),
             "reader (Arrow arrays)": lambda s: reader_epoch(out, s, "arrow"),
-            "reader (numpy objects)": lambda s: reader_epoch(out, s, "numpy")}
+            "reader (numpy objects)": lambda s: reader_epoch(out, s, "numpy"),
+            "reader (offsets + values)": lambda s: reader_epoch(out, s, "offsets")}
     rounds = {name: [] for name in ways}
     for r in range(args.rounds):
         for name, epoch in ways.items():

@@ -32,30 +32,38 @@ class OffsetsValues(NamedTuple):
     """A variable-length column as flat arrays: row i is values[offsets[i]:offsets[i + 1]], or null if not valid[i]."""
 
     offsets: np.ndarray  # int64, rows + 1, from 0
-    values: np.ndarray  # uint8 bytes (strings: UTF-8) or the lists' items
+    values: np.ndarray | OffsetsValues  # uint8 bytes (strings: UTF-8); a list's items, themselves flat
     valid: np.ndarray  # bool, rows
 
 
+def _offsets(column: pa.Array, width: int) -> np.ndarray:
+    """The column's rows + 1 offsets (32- or 64-bit in its buffer), as int64 from the buffer's own origin."""
+    raw = np.frombuffer(column.buffers()[1], np.int32 if width == 4 else np.int64, len(column) + 1, column.offset * width)
+    return raw.astype(np.int64)
+
+
 def as_offsets_values(column: pa.Array) -> OffsetsValues | np.ndarray:
-    """Strings, binary and lists as OffsetsValues; any other column as a numpy array."""
+    """Strings, binary and lists as OffsetsValues (a list of strings: offsets into OffsetsValues); any other
+    column as a numpy array."""
     if pa.types.is_dictionary(column.type):
         column = column.dictionary_decode()
+    if pa.types.is_string_view(column.type) or pa.types.is_binary_view(column.type):
+        column = column.cast(pa.large_binary())
+    if pa.types.is_list_view(column.type) or pa.types.is_large_list_view(column.type):
+        column = column.cast(pa.large_list(column.type.value_type))
     kind = column.type
     valid = column.is_valid().to_numpy(zero_copy_only=False)
-    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind) \
-            or pa.types.is_large_binary(kind) or pa.types.is_string_view(kind) or pa.types.is_binary_view(kind):
-        flat = column.cast(pa.large_binary())
-        offsets = np.frombuffer(flat.buffers()[1], np.int64, len(flat) + 1, flat.offset * 8)
-        data = flat.buffers()[2]
+    if pa.types.is_string(kind) or pa.types.is_binary(kind) or pa.types.is_large_string(kind) \
+            or pa.types.is_large_binary(kind):
+        offsets = _offsets(column, 4 if pa.types.is_string(kind) or pa.types.is_binary(kind) else 8)
+        data = column.buffers()[2]
         values = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
-    elif pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_list_view(kind):
-        flat = column.cast(pa.large_list(kind.value_type))
-        offsets = flat.offsets.to_numpy()
-        values = flat.values.slice(offsets[0], offsets[-1] - offsets[0]).to_numpy(zero_copy_only=False)
-        return OffsetsValues(offsets - offsets[0], values, valid)
-    else:
-        return column.to_numpy(zero_copy_only=False)
-    return OffsetsValues(offsets - offsets[0], values[offsets[0]:offsets[-1]], valid)
+        return OffsetsValues(offsets - offsets[0], values[offsets[0]:offsets[-1]], valid)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        offsets = _offsets(column, 4 if pa.types.is_list(kind) else 8)
+        items = column.values.slice(offsets[0], offsets[-1] - offsets[0])
+        return OffsetsValues(offsets - offsets[0], as_offsets_values(items), valid)
+    return column.to_numpy(zero_copy_only=False)
 
 
 class ArrowColumns:
