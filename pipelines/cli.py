@@ -88,8 +88,6 @@ def _add_count_parser(subparsers, common) -> argparse.ArgumentParser:
 
 
 def _count(args, beam_args) -> int:
-    from apache_beam.options.pipeline_options import PipelineOptions
-
     from shardmill.pipelines import config as config_lib
     from shardmill.pipelines.jobs import job_kind
 
@@ -98,8 +96,22 @@ def _count(args, beam_args) -> int:
         del config.input[:]
         config.input.extend(args.inputs)
     config_lib.validate(config)
-    options = PipelineOptions(_local_worker_logs(beam_args, args.verbose))
+    options = _pipeline_options(_local_worker_logs(beam_args, args.verbose))
     return job_kind(config).count(config, args, options)
+
+
+def _pipeline_options(beam_args: list[str]):
+    """Beam's options for these arguments, also handed to Beam's FileSystems: an object store's client
+    (s3://: endpoint, keys) takes its settings from them in the launcher's own listing, claim and commit."""
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from shardmill.transforms.common.filesystem import share_s3_clients
+
+    options = PipelineOptions(beam_args)
+    FileSystems.set_options(options)
+    share_s3_clients()
+    return options
 
 
 def _add_run_parser(subparsers, common) -> argparse.ArgumentParser:
@@ -125,8 +137,6 @@ def _add_run_parser(subparsers, common) -> argparse.ArgumentParser:
 
 
 def _run(args, beam_args) -> int:
-    from apache_beam.options.pipeline_options import PipelineOptions
-
     from shardmill.pipelines import config as config_lib
     from shardmill.pipelines.jobs import job_kind
 
@@ -146,9 +156,10 @@ def _run(args, beam_args) -> int:
     from shardmill.pipelines import run_job as run_lib  # Beam graph code, imported on use
 
     if args.dry_run:
-        print(run_lib.dry_run(config, PipelineOptions(beam_args)))
+        print(run_lib.dry_run(config, _pipeline_options(beam_args)))
         return 0
     beam_args = _local_worker_logs(beam_args, args.verbose)
+    options = _pipeline_options(beam_args)
     kind = job_kind(config)
     inputs = kind.inputs(config)
     started = time.monotonic()
@@ -157,7 +168,7 @@ def _run(args, beam_args) -> int:
     report: dict[str, str] = {}
     try:
         with _worker_noise_filtered(_spawns_workers(beam_args, args.verbose)):
-            manifest = run_lib.run_job(config, inputs, config.output.path, PipelineOptions(beam_args),
+            manifest = run_lib.run_job(config, inputs, config.output.path, options,
                                        break_claim=args.break_claim, counters=counters, report=report)
     except run_lib.ErrorBudgetExceeded as err:
         print(kind.render_summary(err.manifest))

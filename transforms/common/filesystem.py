@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import os
 import posixpath
+import threading
 import uuid
 from typing import BinaryIO, Callable
 
@@ -41,7 +42,22 @@ def write_atomically(path: str, write) -> None:
 
 def write_bytes_atomically(path: str, data: bytes) -> None:
     """Writes data to path: temporary name first, then a rename (replacing path)."""
+    if not data and FileSystems.get_scheme(path) == "s3":
+        _put_empty_s3_object(path)
+        return
     write_atomically(path, lambda f: f.write(data))
+
+
+def _put_empty_s3_object(path: str) -> None:
+    """An empty object in one put (atomic as any put): Beam's S3 writer always completes a multipart upload,
+    which S3 refuses without a part, so it cannot write an empty file."""
+    from apache_beam.io.aws.clients.s3 import boto3_client
+    from apache_beam.io.aws.s3io import parse_s3_path
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    bucket, key = parse_s3_path(path)
+    options = FileSystems._pipeline_options or PipelineOptions([])  # what Beam's own S3 filesystem is given
+    boto3_client.Client(options).client.put_object(Bucket=bucket, Key=key, Body=b"")
 
 
 def write_parquet_atomically(path: str, table: pa.Table, **write_options) -> int:
@@ -96,3 +112,41 @@ def file_size(path: str) -> int:
     if not matches:
         raise FileNotFoundError(f"{path}: no such file")
     return matches[0].size_in_bytes
+
+
+class _SharedS3Clients:
+    """Stands in for the boto3 module inside Beam's S3 client wrapper, handing out one boto3 S3 client per
+    settings instead of a new one for every call.
+
+    Beam's S3 filesystem builds a new client for every exists/match/rename/open (~100 ms each: a session,
+    the credential chain), which made a commit of N shards cost seconds per shard. boto3 clients are
+    thread-safe; the wrapper's own per-download state stays per call.
+    """
+
+    def __init__(self, boto3):
+        self._boto3 = boto3
+        self._clients: dict = {}
+        self._lock = threading.Lock()
+        self.session = self
+
+    def Session(self):  # noqa: N802 (boto3's name)
+        return self
+
+    def client(self, **settings):
+        # The environment feeds the client too (AWS_ENDPOINT_URL, keys, region): part of the key.
+        key = (tuple(sorted(settings.items())),
+               tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_"))))
+        with self._lock:
+            if key not in self._clients:
+                self._clients[key] = self._boto3.session.Session().client(**settings)
+            return self._clients[key]
+
+
+def share_s3_clients() -> None:
+    """Makes Beam's S3 filesystem reuse its boto3 clients in this process (idempotent; a no-op without boto3)."""
+    try:
+        from apache_beam.io.aws.clients.s3 import boto3_client
+    except ImportError:
+        return
+    if boto3_client.boto3 is not None and not isinstance(boto3_client.boto3, _SharedS3Clients):
+        boto3_client.boto3 = _SharedS3Clients(boto3_client.boto3)

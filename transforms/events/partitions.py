@@ -64,7 +64,13 @@ def input_root(item: str) -> str:
             return prefix + "/".join(parts[:i]) or "/"
     if not sep:
         return item if os.path.isdir(item) else posixpath.dirname(item)
-    return item.rstrip("/") if item.endswith("/") else posixpath.dirname(item)
+    if item.endswith("/"):
+        return item.rstrip("/")
+    from apache_beam.io.filesystems import FileSystems
+
+    # An object store has no directories: a name that is no object is a prefix, its own root (like a local
+    # directory), so `s3://b/logs` names its files as `logs/` on disk does.
+    return posixpath.dirname(item) if FileSystems.exists(item) else item
 
 
 def common_root(inputs: list[str]) -> str:

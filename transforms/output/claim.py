@@ -238,6 +238,11 @@ class OutputClaim:
     def _claims_dir(self) -> str:
         return f"{self._dir}/{CLAIMS_DIR_NAME}"
 
+    @staticmethod
+    def _heartbeat() -> bytes:
+        # Not empty: Beam's S3 writer completes a multipart upload, which S3 refuses without a part.
+        return json.dumps({"alive": time.time()}).encode()
+
     def _write(self, path: str, data: bytes) -> None:
         with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             f.write(data)
@@ -246,7 +251,7 @@ class OutputClaim:
         base = self._claims_dir()
         mine = f"{base}/{self._info.run_id}.json"
         self._write(mine, self._info.to_bytes())
-        self._write(f"{base}/{self._info.run_id}.alive", b"")
+        self._write(f"{base}/{self._info.run_id}.alive", self._heartbeat())
         listed = {m.path: m for m in FileSystems.match([f"{base}/*"])[0].metadata_list}
         now = time.time()
         live, notes = [], []
@@ -301,7 +306,7 @@ class OutputClaim:
         if self._local:
             os.utime(os.path.join(self._dir, CLAIM_NAME))
         else:
-            self._write(f"{self._claims_dir()}/{self._info.run_id}.alive", b"")
+            self._write(f"{self._claims_dir()}/{self._info.run_id}.alive", self._heartbeat())
 
     def start_heartbeat(self) -> None:
         if self._thread is not None:

@@ -252,10 +252,21 @@ def test_partitions_are_named_by_their_path_below_the_inputs_root(tmp_path):
     assert common_root([logs]) == logs + "/"
     assert common_root([f"{logs}/2026-11-01", f"{logs}/2026-11-02/part-0.csv"]) == logs + "/"
     assert common_root([f"{logs}/*/part-*.csv"]) == logs + "/"
-    assert common_root(["gs://a/x", "gs://b/y"]) == ""
     names = [split_file(f"{logs}/{day}/part-0.csv", 10, 1 << 20, root=logs + "/")[0].name
              for day in ("2026-11-01", "2026-11-02")]
     assert names == ["2026-11-01/part-0.csv", "2026-11-02/part-0.csv"]
+
+
+@pytest.mark.slow
+def test_an_object_store_prefix_is_its_own_root_as_a_local_directory_is(s3_server, tmp_path):
+    (tmp_path / "logs" / "2026-11-01").mkdir(parents=True)
+    (tmp_path / "logs" / "2026-11-01" / "part-0.csv").write_text("id,clicked\n1,1\n")
+    s3_server.create_bucket("roots")
+    s3_server.upload(str(tmp_path / "logs"), "roots/logs")
+    assert common_root(["s3://roots/logs"]) == "s3://roots/logs/"  # a prefix, not an object
+    assert common_root(["s3://roots/logs/2026-11-01/part-0.csv"]) == "s3://roots/logs/2026-11-01/"  # an object
+    assert common_root(["s3://roots/logs/*/part-*.csv"]) == "s3://roots/logs/"
+    assert common_root(["s3://roots/x", "s3://other/y"]) == ""
 
 
 @pytest.mark.parametrize("block", [1, 7, 64, 1000])
