@@ -1,0 +1,158 @@
+"""The whole job on object storage, against a real S3 protocol server (moto on loopback): inputs of every
+kind read from s3://, outputs written there through the same lifecycle — bytes identical to the job on
+local disk, one run at a time by the listing claim, and exactly the old or the new output after kill -9."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from shardmill.native_ext import OrderOptions, ReadOptions, ShardReader, load_manifest
+from shardmill.pipelines import cli
+from shardmill.transforms.output import lifecycle
+from shardmill.transforms.output.claim import ClaimHeldError, ClaimInfo, OutputClaim
+from tests.pipelines.test_job_contract import write_config, write_inputs
+
+SHARDMILL = os.path.join(os.path.dirname(sys.executable), "shardmill")
+BUCKET = "storage"
+
+
+def content(out: str) -> tuple:
+    """The shards' checksums of an output, after reading every row with checksums on."""
+    manifest = load_manifest(out, verify_checksums=True)
+    with ShardReader(out, batch_size=500, read_options=ReadOptions(verify_checksums=True),
+                     order_options=OrderOptions(shuffle=False)) as reader:
+        rows = sum(len(batch["record_index"]) for batch in reader)
+    assert rows == sum(s["rows"] for s in manifest["shards"])
+    return tuple(s["sha256"] for s in manifest["shards"])
+
+
+def leftovers(out: str) -> list[str]:
+    committed = lifecycle.read_committed(out)
+    return [rel for rel in lifecycle._relative_tree(out) if lifecycle._is_leftover(rel, committed, set())]
+
+
+@pytest.fixture(scope="module")
+def kinds(s3_server, lc0_dataset, tmp_path_factory):
+    """Config texts of every kind twice: inputs on local disk, and the same inputs in the bucket."""
+    local = tmp_path_factory.mktemp("storage")
+    texts = write_inputs(local, lc0_dataset[0])
+    s3_server.create_bucket(BUCKET)
+    s3_server.upload(str(local), f"{BUCKET}/inputs")
+    s3_server.upload(lc0_dataset[0], f"{BUCKET}/lc0")
+    remote = {name: text.replace(lc0_dataset[0], f"s3://{BUCKET}/lc0").replace(str(local), f"s3://{BUCKET}/inputs")
+              for name, text in texts.items()}
+    assert all("s3://" in text for text in remote.values())
+    return local, texts, remote
+
+
+@pytest.mark.slow
+def test_every_kind_from_s3_inputs_into_an_s3_output_is_the_job_on_local_disk(kinds, capsys):
+    local, texts, remote = kinds
+    for name in texts:
+        on_disk = str(local / f"out-{name}")
+        assert cli.main(["run", "--config", write_config(local, f"{name}-local", texts[name], on_disk)]) == 0
+        in_bucket = f"s3://{BUCKET}/out-{name}"
+        assert cli.main(["run", "--config", write_config(local, f"{name}-s3", remote[name], in_bucket)]) == 0, \
+            capsys.readouterr().err
+        assert content(in_bucket) == content(on_disk), name
+        assert leftovers(in_bucket) == [], name
+        capsys.readouterr()
+
+
+RACE = """
+import sys, time
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+from shardmill.transforms.output.claim import ClaimHeldError, OutputClaim
+FileSystems.set_options(PipelineOptions([]))
+claim = OutputClaim(sys.argv[1], sys.argv[2])
+time.sleep(max(0.0, float(sys.argv[3]) - time.time()))
+try:
+    claim.acquire()
+except ClaimHeldError:
+    print("refused")
+else:
+    print("won")
+    time.sleep(1.5)  # held while the others decide
+    claim.release()
+"""
+
+
+@pytest.mark.slow
+def test_of_runs_claiming_one_s3_output_at_once_exactly_one_wins(s3_server, kinds):
+    for round_ in range(3):
+        out = f"s3://{BUCKET}/race-{round_}"
+        start = time.time() + 3  # every process started and imported by then
+        procs = [subprocess.Popen([sys.executable, "-c", RACE, out, f"run-{round_}-{i}", str(start)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(3)]
+        results = [p.communicate(timeout=120) for p in procs]
+        assert all(p.returncode == 0 for p in procs), [r[1][-500:] for r in results]
+        assert sorted(r[0].strip() for r in results) == ["refused", "refused", "won"], results
+        assert lifecycle._relative_tree(out) == []  # the winner released, the others withdrew
+
+
+def test_a_run_is_refused_while_another_holds_the_s3_output_and_a_stale_claim_breaks_only_when_asked(
+        s3_server, kinds):
+    out = f"s3://{BUCKET}/claimed"
+    holder = OutputClaim(out, "holder")
+    holder.acquire()
+    try:
+        with pytest.raises(ClaimHeldError, match="in use by run holder"):
+            OutputClaim(out, "second").acquire(break_stale=True)  # fresh: never broken
+    finally:
+        holder.release()
+    elsewhere = ClaimInfo("elsewhere", "another-host", 4242, None, time.time())
+    fs = s3_server.filesystem()
+    for suffix, body in ((".json", elsewhere.to_bytes()), (".alive", b"{}")):
+        with fs.open_output_stream(f"{BUCKET}/claimed/.claims/elsewhere{suffix}") as f:
+            f.write(body)
+    time.sleep(2.5)  # the store stamps objects to the second
+    with pytest.raises(ClaimHeldError, match="probably crashed; pass --break-claim"):
+        OutputClaim(out, "third", stale_after_seconds=1).acquire()
+    late = OutputClaim(out, "third", stale_after_seconds=1)
+    assert any("broke the claim" in note for note in late.acquire(break_stale=True))
+    late.release()
+    assert lifecycle._relative_tree(out) == []
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_of_an_s3_overwrite_leaves_exactly_the_old_or_the_new_output(kinds):
+    local, texts, remote = kinds
+    out = f"s3://{BUCKET}/killed"
+    configs = {seed: write_config(local, f"killed-{seed}", remote["lc0"] + f"\nseed: {seed}", out)
+               for seed in (1, 2)}
+    contents = {}
+    for seed in (1, 2):
+        started = time.monotonic()
+        done = subprocess.run([SHARDMILL, "run", "--config", configs[seed], "--overwrite"],
+                              capture_output=True, text=True, timeout=300)
+        run_seconds = time.monotonic() - started
+        assert done.returncode == 0, done.stderr
+        contents[seed] = content(out)
+    assert contents[1] != contents[2]
+    current = 2
+    rng = np.random.default_rng(27)
+    # Half the moments anywhere in a run, half near its end, where the commit happens.
+    moments = np.concatenate([rng.uniform(0.2, run_seconds, 5), rng.uniform(0.7, 1.05, 5) * run_seconds])
+    killed = 0
+    for moment in rng.permutation(moments):
+        other = 3 - current
+        proc = subprocess.Popen([SHARDMILL, "run", "--config", configs[other], "--overwrite"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        time.sleep(moment)
+        proc.kill()
+        proc.communicate(timeout=60)
+        killed += proc.returncode == -signal.SIGKILL
+        now = content(out)
+        assert now in (contents[current], contents[other]), f"a mixed output after SIGKILL at {moment:.2f} s"
+        current = 1 if now == contents[1] else 2
+    assert killed >= 5  # most moments caught a run in flight
+    done = subprocess.run([SHARDMILL, "run", "--config", configs[1], "--overwrite"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert content(out) == contents[1] and leftovers(out) == []
