@@ -61,22 +61,26 @@ case "${1:-}" in
     native_unit_tests build/native-tests
     # Tests import the installed shardmill (the repository has no shardmill/ folder); the install test
     # takes the wheel just built instead of compiling its own.
-    # --all: the slow tests too (jobs, subprocesses); a bare `pytest` is the fast loop.
-    SHARDMILL_BUILT_WHEEL="$PWD/$WHEEL" "$PY" -m pytest -q -p no:cacheprovider tests --all "${@:2}"
+    # --all: the slow tests too (jobs, subprocesses); a bare `pytest` is the fast loop. Two pytest workers
+    # (SHARDMILL_TEST_WORKERS): most tests wait on subprocesses or I/O, so two cores run the suite in ~60%.
+    SHARDMILL_BUILT_WHEEL="$PWD/$WHEEL" "$PY" -m pytest -q -p no:cacheprovider -n "${SHARDMILL_TEST_WORKERS:-2}" \
+      tests --all "${@:2}"
     ;;
   asan)
     VENV=.venv-asan PY=.venv-asan/bin/python
-    # Only what these tests need: the job, pytest and pybind11 (not the test extras' torch, Grain, Dask, ...).
+    # Only what these tests need: the job, pytest (with xdist) and pybind11 for the hooks (not the test extras' torch,
+    # Grain, Dask, ...).
     install job --config-settings=cmake.define.SHARDMILL_SANITIZE=address \
       --config-settings=build-dir=build/asan-{wheel_tag}
-    "$PY" -m pip install --quiet --disable-pip-version-check "pytest>=8" "pybind11>=2.13"  # + the hooks' build
+    "$PY" -m pip install --quiet --disable-pip-version-check "pytest>=8" "pytest-xdist>=3" "pybind11>=2.13"
     mkdir -p build
     native_unit_tests build/native-tests-asan -DSHARDMILL_SANITIZE=address
     # Python is not instrumented: preload the runtime (and libstdc++, so ASan's interceptor of C++
     # throws finds the real one); leaks of the interpreter itself are not ours.
     LD_PRELOAD="$(g++ -print-file-name=libasan.so):$(g++ -print-file-name=libstdc++.so)" \
       ASAN_OPTIONS=detect_leaks=0 SHARDMILL_NATIVE_TESTS_DIR=build/native-tests-asan \
-      "$PY" -m pytest -q -p no:cacheprovider tests/native_ext/test_reader.py tests/native_ext/test_dataset.py \
+      "$PY" -m pytest -q -p no:cacheprovider -n "${SHARDMILL_TEST_WORKERS:-2}" tests/native_ext/test_reader.py \
+      tests/native_ext/test_dataset.py \
       tests/native_ext/test_lc0_tensors.py --all -k "not torch_adapter and not grain_adapter" "${@:2}"
     ;;
   *)
