@@ -41,10 +41,10 @@ def sources_of(directory):
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
     """A real S3 server on loopback (moto), with the environment pointing AWS clients at it for the session."""
-    from tests.support.s3_server import S3Server
-
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
+
+    from tests.support.s3_server import S3Server
 
     server = S3Server(str(tmp_path_factory.mktemp("s3") / "server.log"))
     saved = {key: os.environ.get(key) for key in server.env}
