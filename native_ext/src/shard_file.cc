@@ -4,6 +4,7 @@
 
 #include <arrow/filesystem/api.h>
 #include <arrow/io/api.h>
+#include <arrow/util/future.h>
 #include <parquet/arrow/reader.h>
 #include <parquet/exception.h>
 #include <parquet/file_reader.h>
@@ -15,6 +16,7 @@ arrow::Result<std::unique_ptr<ShardHandle>> ShardHandle::Open(const ShardFile& s
   handle->path_ = shard.path;
   std::string internal_path;
   ARROW_ASSIGN_OR_RAISE(auto fs, OpenFileSystem(shard.path, shard.remote, &internal_path));
+  handle->remote_ = fs->type_name() != "local";
   ARROW_ASSIGN_OR_RAISE(auto input, fs->OpenInputFile(internal_path));
   parquet::arrow::FileReaderBuilder builder;
   ARROW_RETURN_NOT_OK(builder.Open(input, parquet::ReaderProperties(pool)));  // page buffers from `pool` too
@@ -58,6 +60,17 @@ arrow::Status ShardHandle::Bind(const std::vector<ColumnSpec>& columns) {
     leaf_indices_.push_back(reader_->parquet_reader()->metadata()->schema()->ColumnIndex(column.name));
   }
   return arrow::Status::OK();
+}
+
+arrow::Status ShardHandle::Prefetch(int index) {
+  if (!remote_ || leaf_indices_.empty()) return arrow::Status::OK();
+  for (int leaf : leaf_indices_) {
+    if (leaf < 0) return arrow::Status::OK();  // a nested column: Arrow reads it as it would
+  }
+  auto* file = reader_->parquet_reader();
+  PARQUET_CATCH_NOT_OK(file->PreBuffer({index}, leaf_indices_, arrow::io::default_io_context(),
+                                       arrow::io::CacheOptions::Defaults()));
+  return file->WhenBuffered({index}, leaf_indices_).status();
 }
 
 arrow::Status ShardHandle::ReadColumn(int index, size_t c, int64_t width, int64_t rows, const ColumnRunSink& sink) {
@@ -109,6 +122,8 @@ arrow::Status ShardGroups::Read(int64_t row_group, Handles* handles, const RunSi
   }
   const int index = static_cast<int>(index_in_shard_[row_group]);
   const int64_t rows = rows_[row_group];
+  auto fetched = handle->Prefetch(index);
+  if (!fetched.ok()) return in_file(fetched.WithMessage("row group ", index, ": ", fetched.message()));
   for (size_t c = 0; c < columns_.size(); ++c) {
     auto read = handle->ReadColumn(index, c, columns_[c].row_bytes, rows,
                                    [&](int64_t first_row, const uint8_t* values, int64_t count) {

@@ -54,8 +54,14 @@ class ShardHandle {
   // Arrow as one run. `sink` may receive a row twice (ReadPlainColumn).
   arrow::Status ReadColumn(int index, size_t c, int64_t width, int64_t rows, const ColumnRunSink& sink);
 
+  // On a remote store: fetches the bound columns of row group `index` in as few requests as their byte
+  // ranges allow (one, for adjacent column chunks), before ReadColumn reads them page by page; every page
+  // read would otherwise be a request. Nothing on local files.
+  arrow::Status Prefetch(int index);
+
  private:
   ShardHandle() = default;
+  bool remote_ = false;
   std::string path_;
   std::unique_ptr<parquet::arrow::FileReader> reader_;
   std::vector<int> column_indices_;  // of the bound columns, in the Arrow schema

@@ -1,0 +1,84 @@
+"""The reader on object storage: one output served from an S3 server (moto on loopback) vs from local disk.
+
+    python benchmarks/bench_remote_reader.py [--rows 40000] [--rounds 3]
+
+One lc0-shaped output (frames of 8,356 random bytes, so the bytes on disk
+are the bytes served: ~330 MB for 40,000 rows), uploaded to a bucket of moto's S3 server started here;
+then, each round, one epoch of batches of 256 rows (every column but the
+frames' bytes decoded natively) from local disk and from the server, in one
+process. Both read through Arrow's filesystems; the server adds the HTTP
+round trips of every range read (the native reader's prefetch windows hide
+some of them). Loopback: no network latency, so this measures the protocol's
+cost, not a WAN's.
+
+Prints one JSON object: rows/s and MB/s per way and round, the best round of
+each, and the ratio to local disk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from shardmill.native_ext import OrderOptions, ShardReader, load_manifest  # noqa: E402
+from tests.datagen.shards import write_output  # noqa: E402
+from tests.support.s3_server import S3Server  # noqa: E402
+
+BATCH = 256
+WIDTH = 8356
+
+
+def epoch(path: str) -> tuple[int, float]:
+    start = time.perf_counter()
+    rows = 0
+    with ShardReader(path, batch_size=BATCH, columns=["frame", "id"], order_options=OrderOptions(seed=1)) as reader:
+        for batch in reader:
+            rows += len(batch["id"])
+    return rows, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=40_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="bench_remote_reader_")
+    local = os.path.join(work, "out")
+    shards = 8
+    rng = np.random.default_rng(0)
+    write_output(local, [args.rows // shards] * shards, row_group_rows=256, width=WIDTH,
+                 frames=lambda ids, width: rng.integers(0, 256, (len(ids), width), dtype=np.uint8))
+    size = sum(s["bytes"] for s in load_manifest(local)["shards"])
+    server = S3Server(os.path.join(work, "s3.log"))
+    try:
+        os.environ.update(server.env)
+        server.create_bucket("bench")
+        server.upload(local, "bench/out")
+        ways = {"local disk": local, "S3 server (loopback)": "s3://bench/out"}
+        rounds = {name: [] for name in ways}
+        for _ in range(args.rounds):
+            for name, path in ways.items():
+                rows, seconds = epoch(path)
+                rounds[name].append((rows / seconds, size / seconds / 1e6))
+    finally:
+        server.stop()
+    best = {name: max(r[0] for r in values) for name, values in rounds.items()}
+    print(json.dumps({
+        "rows": args.rows, "bytes_on_disk": size, "batch": BATCH,
+        "rows_per_s": {name: [round(r[0]) for r in values] for name, values in rounds.items()},
+        "mb_per_s": {name: [round(r[1], 1) for r in values] for name, values in rounds.items()},
+        "best_rows_per_s": {name: round(value) for name, value in best.items()},
+        "ratio_to_local": {name: round(value / best["local disk"], 2) for name, value in best.items()},
+    }, indent=1))
+
+
+if __name__ == "__main__":
+    main()
