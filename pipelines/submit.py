@@ -155,8 +155,10 @@ def plan(args: argparse.Namespace, beam_args: list[str]) -> Submission:
     return Submission(build, wheel, run)
 
 
-def validate_for_runner(runner: str, run_args: list[str]) -> None:
-    """The runner's own option validation (Beam's PipelineOptionsValidator with that runner)."""
+def validate_for_runner(runner: str, run_args: list[str], offline: bool = False) -> None:
+    """The runner's own option validation (Beam's PipelineOptionsValidator with that runner); SubmitError in one
+    line. offline (--dry-run): with Beam's own dry_run switch, so the validation contacts no store (Dataflow's
+    checks a bucket's soft-delete policy over the network)."""
     from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
 
@@ -171,7 +173,14 @@ def validate_for_runner(runner: str, run_args: list[str]) -> None:
         raise SubmitError(f"the {RUNNERS[runner]} is not usable here ({err}); install its extras to submit: "
                           f"pip install '{extra}==2.77.0'") from err
     beam_options = [arg for arg in run_args if arg.startswith("--") and "=" in arg]
-    errors = PipelineOptionsValidator(PipelineOptions(beam_options), Runner()).validate()
+    if offline:
+        beam_options.append("--dry_run=True")
+    try:
+        errors = PipelineOptionsValidator(PipelineOptions(beam_options), Runner()).validate()
+    except Exception as err:  # noqa: BLE001 - what validation reached for (a default bucket, a store) failed
+        detail = " ".join(str(err).split())[:300]
+        raise SubmitError(f"{RUNNERS[runner]} options could not be validated{' offline' if offline else ''}: "
+                          f"{type(err).__name__}: {detail}") from None
     if errors:
         raise SubmitError(f"{RUNNERS[runner]} options: " + "; ".join(errors))
 
@@ -179,7 +188,7 @@ def validate_for_runner(runner: str, run_args: list[str]) -> None:
 def submit(args: argparse.Namespace, beam_args: list[str]) -> int:
     submission = plan(args, beam_args)
     if args.dry_run:
-        validate_for_runner(args.runner, submission.run)
+        validate_for_runner(args.runner, submission.run, offline=True)
         if submission.build:
             print(f"would build:  {shlex.join(submission.build)}")
         print(f"would submit: {shlex.join(submission.run)}")

@@ -139,3 +139,25 @@ def test_the_workers_image_pins_the_same_beam_and_installs_the_job():
         beam = re.search(r'"apache-beam==([\d.]+)"', f.read()).group(1)
     assert f"FROM apache/beam_python{sys.version_info[0]}.{sys.version_info[1]}_sdk:{beam}" in dockerfile
     assert "pip install --no-cache-dir '.[job]'" in dockerfile
+
+
+def test_a_dry_runs_validation_is_offline_and_a_store_it_reaches_for_is_one_line(monkeypatch):
+    from apache_beam.options.pipeline_options import TestOptions
+    from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
+
+    from shardmill.pipelines.submit import SubmitError, validate_for_runner
+
+    seen = []
+
+    def validate(self):
+        seen.append(self.options.view_as(TestOptions).dry_run)
+        raise ConnectionError("HTTPSConnectionPool(host='storage.googleapis.com', port=443): Max retries "
+                              "exceeded\nwith url: /storage/v1/b?project=proj")
+
+    monkeypatch.setattr(PipelineOptionsValidator, "validate", validate)
+    with pytest.raises(SubmitError) as refused:
+        validate_for_runner("flink", ["--runner=FlinkRunner", "--flink_master=localhost:8081"], offline=True)
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith("FlinkRunner options could not be validated offline: ")
+    assert "ConnectionError: HTTPSConnectionPool(host='storage.googleapis.com'" in message
+    assert seen == ["True"]  # Beam's own switch: Dataflow's validation then checks no bucket over the network
