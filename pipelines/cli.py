@@ -403,7 +403,8 @@ def main(argv: list[str] | None = None) -> int:
         del _received_signals[:]
         previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)
                     if signal.getsignal(sig) is not signal.SIG_IGN}
-    unchanged = "; temporary files removed, the previous output (if any) is unchanged" if args.command == "run" else ""
+    unchanged = ("; temporary files removed, the previous output (if any) is unchanged"
+                 if args.command == "run" and not getattr(args, "dry_run", False) else "")
     try:
         _check_extra_options(args.command, extra, commands[args.command])
         return {"count": _count, "run": _run, "inspect": _inspect, "submit": _submit}[args.command](args, extra)

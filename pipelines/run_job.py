@@ -29,7 +29,7 @@ from google.protobuf import text_format
 from shardmill.pipelines.config import JobConfig
 from shardmill.pipelines.jobs import job_kind
 from shardmill.pipelines.runner import counter_values, is_local_run, local_runner, make_pipeline
-from shardmill.transforms.common.filesystem import is_local, share_s3_clients
+from shardmill.transforms.common.filesystem import check_stores_reachable, is_local, share_s3_clients
 from shardmill.transforms.common.progress import ProgressPrinter
 from shardmill.transforms.output import lifecycle
 from shardmill.transforms.output.claim import OutputClaim
@@ -146,6 +146,7 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
     """
     FileSystems.set_options(options)  # the launcher's own listing, claim and commit on object stores
     share_s3_clients()
+    check_stores_reachable([*config.input, output_dir])
     lifecycle.check_output_path(output_dir, list(config.input))
     kind = job_kind(config)
     plan = kind.plan(config, inputs)
@@ -217,6 +218,7 @@ def dry_run(config: JobConfig, options: PipelineOptions, graph_depth: int = 2) -
     graph_depth: after the summary line, the graph's transforms to this depth, one a line (0: none).
     """
     kind = job_kind(config)
+    check_stores_reachable([*config.input, config.output.path])
     inputs = kind.inputs(config, check_remote=False)
     output_dir = config.output.path
     lifecycle.check_output_path(output_dir, list(config.input))

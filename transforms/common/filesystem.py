@@ -150,3 +150,44 @@ def share_s3_clients() -> None:
         return
     if boto3_client.boto3 is not None and not isinstance(boto3_client.boto3, _SharedS3Clients):
         boto3_client.boto3 = _SharedS3Clients(boto3_client.boto3)
+
+
+# A store the launcher can't reach fails in seconds: Beam's S3 filesystem retries every call with exponential
+# backoff for minutes (a dry run against a closed port took over two).
+PROBE_CONNECT_SECONDS = 5
+PROBE_READ_SECONDS = 15
+
+
+class StoreUnreachable(OSError):
+    """An object store named by an input or the output does not answer."""
+
+
+def check_stores_reachable(paths: list[str]) -> None:
+    """Asks each S3 bucket the paths name for its head once, with short timeouts and two attempts; raises
+    StoreUnreachable naming the bucket and the endpoint when none answers. A refusal (no such bucket, no
+    access) is an answer: the run's own calls report it."""
+    buckets = sorted({p.split("://", 1)[1].split("/", 1)[0] for p in paths if p.startswith("s3://")})
+    if not buckets:
+        return
+    try:
+        import boto3
+        import botocore.config
+        import botocore.exceptions
+        from apache_beam.options.pipeline_options import PipelineOptions, S3Options
+    except ImportError:
+        return  # no S3 client here: the run's first call says so
+    options = (FileSystems._pipeline_options or PipelineOptions([])).view_as(S3Options)
+    config = botocore.config.Config(connect_timeout=PROBE_CONNECT_SECONDS, read_timeout=PROBE_READ_SECONDS,
+                                    retries={"max_attempts": 2, "mode": "standard"})
+    client = boto3.session.Session().client(
+        "s3", endpoint_url=options.s3_endpoint_url, region_name=options.s3_region_name,
+        aws_access_key_id=options.s3_access_key_id, aws_secret_access_key=options.s3_secret_access_key,
+        aws_session_token=options.s3_session_token, config=config)
+    for bucket in buckets:
+        try:
+            client.head_bucket(Bucket=bucket)
+        except (botocore.exceptions.EndpointConnectionError, botocore.exceptions.ConnectTimeoutError,
+                botocore.exceptions.ReadTimeoutError) as err:
+            raise StoreUnreachable(f"s3://{bucket}: the store does not answer ({err})") from None
+        except botocore.exceptions.ClientError:
+            pass

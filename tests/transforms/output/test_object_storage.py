@@ -156,3 +156,18 @@ def test_sigkill_at_random_moments_of_an_s3_overwrite_leaves_exactly_the_old_or_
                           timeout=300)
     assert done.returncode == 0, done.stderr
     assert content(out) == contents[1] and leftovers(out) == []
+
+
+@pytest.mark.slow
+def test_a_dry_run_against_an_unreachable_store_fails_in_one_line_and_wrote_nothing(kinds):
+    from tests.support.s3_server import free_port
+
+    local, _, remote = kinds
+    config = write_config(local, "unreachable", remote["lc0"], f"s3://{BUCKET}/never")
+    env = {**os.environ, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}", "AWS_MAX_ATTEMPTS": "2"}
+    done = subprocess.run([SHARDMILL, "run", "--config", config, "--dry-run"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 3, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("shardmill run: failed: ") and "127.0.0.1" in last and "Traceback" not in done.stderr
+    assert "temporary files removed" not in last  # a dry run writes none
