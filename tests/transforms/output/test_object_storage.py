@@ -171,3 +171,16 @@ def test_a_dry_run_against_an_unreachable_store_fails_in_one_line_and_wrote_noth
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("shardmill run: failed: ") and "127.0.0.1" in last and "Traceback" not in done.stderr
     assert "temporary files removed" not in last  # a dry run writes none
+
+
+@pytest.mark.slow
+def test_a_run_over_the_error_budget_keeps_its_report_in_the_bucket_and_the_old_output(kinds, s3_server):
+    local, _, remote = kinds
+    out = f"s3://{BUCKET}/budget"
+    assert cli.main(["run", "--config", write_config(local, "budget-ok", remote["lc0"], out)]) == 0
+    before = content(out)
+    strict = remote["lc0"].replace("max_error_fraction: 0.5", "max_error_fraction: 0.001") + "\nseed: 5"
+    assert cli.main(["run", "--config", write_config(local, "budget-strict", strict, out), "--overwrite"]) == 1
+    assert content(out) == before and leftovers(out) == []
+    report = sorted(name.rsplit("/", 1)[-1] for name in lifecycle._relative_tree(out) if name.startswith(".rejected/"))
+    assert report == ["errors.jsonl", "manifest.json"]
