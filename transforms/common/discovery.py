@@ -53,7 +53,7 @@ def is_hidden(name: str) -> bool:
 
 
 # Events of a listing: a file to read, a skipped file (its kind), a dead letter.
-Listed = tuple  # ("file", path, size) | ("skip", kind) | ("dead", DeadLetter)
+Listed = tuple  # ("file", path, size) | ("skip", kind, path) | ("dead", DeadLetter)
 
 
 def _classify(path: str, suffixes: tuple[str, ...], named: bool) -> Iterator[Listed]:
@@ -64,7 +64,7 @@ def _classify(path: str, suffixes: tuple[str, ...], named: bool) -> Iterator[Lis
                                  "the file name is not valid UTF-8 (its bytes are shown escaped); rename it")
         return
     if not named and is_hidden(os.path.basename(path)):
-        yield "skip", "hidden"
+        yield "skip", "hidden", path
         return
     try:
         info = os.stat(path)
@@ -82,10 +82,10 @@ def _classify(path: str, suffixes: tuple[str, ...], named: bool) -> Iterator[Lis
         yield from _walk(path, suffixes)
         return
     if not stat.S_ISREG(info.st_mode):
-        yield "skip", "not_regular"
+        yield "skip", "not_regular", path
         return
     if not named and not path.endswith(suffixes):
-        yield "skip", "other_suffix"
+        yield "skip", "other_suffix", path
         return
     if not os.access(path, os.R_OK):
         yield "dead", DeadLetter(path, "discover", "unreadable", "permission denied")
@@ -99,9 +99,10 @@ def _walk(top: str, suffixes: tuple[str, ...]) -> Iterator[Listed]:
         descend = []
         for name in sorted(dirs):
             if is_hidden(name):
-                yield "skip", "hidden"
+                yield "skip", "hidden", os.path.join(root, name)
             elif os.path.islink(os.path.join(root, name)):
-                yield "skip", "not_regular"  # a link to a directory: not followed (links can make cycles)
+                # A link to a directory: not followed (links can make cycles).
+                yield "skip", "not_regular", os.path.join(root, name)
             else:
                 descend.append(name)
         dirs[:] = descend
@@ -123,9 +124,9 @@ def _list_remote(item: str, suffixes: tuple[str, ...]) -> Iterator[Listed]:
             relative = meta.path[len(root):].lstrip("/")
             named = meta.path == item
             if not named and any(is_hidden(part) for part in relative.split("/")):
-                yield "skip", "hidden"
+                yield "skip", "hidden", meta.path
             elif not named and not meta.path.endswith(suffixes):
-                yield "skip", "other_suffix"
+                yield "skip", "other_suffix", meta.path
             else:
                 yield "file", meta.path, meta.size_in_bytes
 
@@ -178,32 +179,37 @@ class _BatchFilesFn(beam.DoFn):
             self._batch, self._bytes = [], 0
 
 
+SKIPPED = "skipped"
+
+
 class _ListInputFn(beam.DoFn):
-    """One input → (path, size) of each file to read; dead letters and skip counts on the side."""
+    """One input → (path, size) of each file to read; dead letters and (kind, path) of skipped files on the side."""
 
     def __init__(self, suffixes: tuple[str, ...]):
         self._suffixes = suffixes
 
     def process(self, item):
-        skipped = {kind: 0 for kind in SKIP_KINDS}
         for event in list_input(item, self._suffixes):
             if event[0] == "file":
                 yield event[1], event[2]
             elif event[0] == "skip":
-                skipped[event[1]] += 1
+                yield beam.pvalue.TaggedOutput(SKIPPED, (event[1], event[2]))
             else:
                 yield beam.pvalue.TaggedOutput(ERRORS, event[1].to_dict())
-        yield beam.pvalue.TaggedOutput(SOURCE_STATS, {"skipped_files": skipped})
+
+
+def _skip_stats(kind_and_count) -> dict:
+    return {"skipped_files": {kind_and_count[0]: kind_and_count[1]}}
 
 
 class DiscoverFiles(beam.PTransform):
     """Inputs (files, globs, directory trees) → batches (lists) of (path, size_in_bytes).
 
     Returns a dict: "batches", ERRORS (dead-letter dicts of files that can't
-    be read) and SOURCE_STATS ({"skipped_files": {kind: n}} per input; see
-    transforms/common/discovery.py). Each file is listed once even if several inputs
-    name it. Inputs that name nothing are allowed here; the CLI rejects them
-    before the pipeline.
+    be read) and SOURCE_STATS ({"skipped_files": {kind: n}}, one per kind
+    skipped; skipped_files() sums them). Each file is listed, and each
+    skipped file counted, once even if several inputs name it. Inputs that
+    name nothing are allowed here; the CLI rejects them before the pipeline.
     """
 
     def __init__(self, inputs: list[str], suffixes: tuple[str, ...],
@@ -218,14 +224,21 @@ class DiscoverFiles(beam.PTransform):
         listed = (
             pbegin
             | "Inputs" >> beam.Create(self._inputs)
-            | "List" >> beam.ParDo(_ListInputFn(self._suffixes)).with_outputs(ERRORS, SOURCE_STATS, main="files")
+            | "List" >> beam.ParDo(_ListInputFn(self._suffixes)).with_outputs(ERRORS, SKIPPED, main="files")
         )
         batches = (
             listed["files"]
             | "OncePerFile" >> beam.Distinct()  # also spreads files over workers
             | "Batch" >> beam.ParDo(_BatchFilesFn(self._max_files, self._max_bytes))
         )
-        return {"batches": batches, ERRORS: listed[ERRORS], SOURCE_STATS: listed[SOURCE_STATS]}
+        skipped = (
+            listed[SKIPPED]
+            | "OncePerSkippedFile" >> beam.Distinct()  # overlapping inputs: one count per file
+            | "SkipKind" >> beam.Map(lambda kind_and_path: kind_and_path[0])
+            | "CountPerKind" >> beam.combiners.Count.PerElement()
+            | "SkipStats" >> beam.Map(_skip_stats)
+        )
+        return {"batches": batches, ERRORS: listed[ERRORS], SOURCE_STATS: skipped}
 
 
 class InputError(ValueError):
