@@ -101,16 +101,14 @@ def _count(args, beam_args) -> int:
 
 
 def _pipeline_options(beam_args: list[str]):
-    """Beam's options for these arguments, also handed to Beam's FileSystems: an object store's client
-    (s3://: endpoint, keys) takes its settings from them in the launcher's own listing, claim and commit."""
-    from apache_beam.io.filesystems import FileSystems
+    """Beam's options for these arguments, also handed to Beam's FileSystems (use_pipeline_options): the
+    inputs are listed before the run starts."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from shardmill.transforms.common.filesystem import share_s3_clients
+    from shardmill.transforms.common.filesystem import use_pipeline_options
 
     options = PipelineOptions(beam_args)
-    FileSystems.set_options(options)
-    share_s3_clients()
+    use_pipeline_options(options)
     return options
 
 

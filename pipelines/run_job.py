@@ -22,14 +22,13 @@ import time
 import uuid
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from google.protobuf import text_format
 
 from shardmill.pipelines.config import JobConfig
 from shardmill.pipelines.jobs import job_kind
 from shardmill.pipelines.runner import counter_values, is_local_run, local_runner, make_pipeline
-from shardmill.transforms.common.filesystem import check_stores_reachable, is_local, share_s3_clients
+from shardmill.transforms.common.filesystem import check_stores_reachable, is_local, use_pipeline_options
 from shardmill.transforms.common.progress import ProgressPrinter
 from shardmill.transforms.output import lifecycle
 from shardmill.transforms.output.claim import OutputClaim
@@ -144,8 +143,7 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
     generation stands), and lets every other failure propagate after
     cleaning up (nothing committed).
     """
-    FileSystems.set_options(options)  # the launcher's own listing, claim and commit on object stores
-    share_s3_clients()
+    use_pipeline_options(options)
     check_stores_reachable([*config.input, output_dir])
     lifecycle.check_output_path(output_dir, list(config.input))
     kind = job_kind(config)

@@ -41,15 +41,15 @@ def sources_of(directory):
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
     """A real S3 server on loopback (moto), with the environment pointing AWS clients at it for the session."""
-    from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
 
+    from shardmill.transforms.common.filesystem import use_pipeline_options
     from tests.support.s3_server import S3Server
 
     server = S3Server(str(tmp_path_factory.mktemp("s3") / "server.log"))
     saved = {key: os.environ.get(key) for key in server.env}
     os.environ.update(server.env)
-    FileSystems.set_options(PipelineOptions([]))  # as the CLI does: Beam's S3 filesystem needs options
+    use_pipeline_options(PipelineOptions([]))  # as the CLI does: Beam's S3 filesystem needs options
     yield server
     for key, value in saved.items():
         if value is None:

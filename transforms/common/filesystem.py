@@ -142,6 +142,13 @@ class _SharedS3Clients:
             return self._clients[key]
 
 
+def use_pipeline_options(options) -> None:
+    """Hands Beam's FileSystems the pipeline options and shares its S3 clients: what the launcher's own listing,
+    claim and commit on an object store need (Beam's S3 filesystem refuses to work without options)."""
+    FileSystems.set_options(options)
+    share_s3_clients()
+
+
 def share_s3_clients() -> None:
     """Makes Beam's S3 filesystem reuse its boto3 clients in this process (idempotent; a no-op without boto3)."""
     try:
