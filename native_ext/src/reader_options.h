@@ -8,6 +8,7 @@
 
 #include "record_converter.h"
 
+#include "shard_cache.h"
 #include "shard_file.h"
 
 namespace shardmill {
@@ -15,6 +16,7 @@ namespace shardmill {
 struct ReaderOptions {
   std::vector<ShardFile> shards;       // in manifest order (global row-group numbering follows it)
   RemoteOptions remote;                // given to every shard by ShardReader::Make
+  CacheOptions cache;                  // a local copy of the shards (shard_cache.h); directory empty: none
   std::vector<std::string> columns;    // fixed_size_binary or fixed-width numeric
   int64_t batch_size = 256;
   bool drop_remainder = false;         // drop each epoch's last partial batch

@@ -9,6 +9,8 @@
 #include <parquet/exception.h>
 #include <parquet/file_reader.h>
 
+#include "shard_cache.h"
+
 namespace shardmill {
 
 arrow::Result<std::unique_ptr<ShardHandle>> ShardHandle::Open(const ShardFile& shard, arrow::MemoryPool* pool) {
@@ -93,9 +95,11 @@ arrow::Status ShardHandle::ReadColumn(int index, size_t c, int64_t width, int64_
   return arrow::Status::OK();
 }
 
-ShardGroups::ShardGroups(std::vector<ShardFile> shards, std::vector<ColumnSpec> columns)
+ShardGroups::ShardGroups(std::vector<ShardFile> shards, std::vector<ColumnSpec> columns,
+                         std::shared_ptr<ShardCache> cache)
     : shards_(std::move(shards)),
       columns_(std::move(columns)),
+      cache_(std::move(cache)),
       pool_(std::make_unique<RecyclingPool>(arrow::default_memory_pool(), kRecycleMinBlockBytes)) {
   for (size_t s = 0; s < shards_.size(); ++s) {
     for (size_t g = 0; g < shards_[s].row_group_rows.size(); ++g) {
@@ -114,7 +118,13 @@ arrow::Status ShardGroups::Read(int64_t row_group, Handles* handles, const RunSi
   };
   auto& handle = (*handles)[shard];
   if (!handle) {
-    auto opened = ShardHandle::Open(file, pool_.get());
+    ShardFile source = file;
+    if (cache_) {
+      auto cached = cache_->Acquire(shard);
+      if (!cached.ok()) return in_file(cached.status());
+      source.path = *cached;
+    }
+    auto opened = ShardHandle::Open(source, pool_.get());
     if (!opened.ok()) return in_file(opened.status());
     auto bound = (*opened)->Bind(columns_);
     if (!bound.ok()) return in_file(bound);

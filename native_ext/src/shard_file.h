@@ -27,7 +27,11 @@ struct ShardFile {
   std::string path;                    // local path or Arrow filesystem URI
   std::vector<int64_t> row_group_rows;  // as the manifest states
   RemoteOptions remote;                 // bounds on the calls reaching it, when it is remote
+  std::string sha256;                   // the manifest's digest (64 hex digits; a cached copy is checked by it)
+  int64_t bytes = -1;                   // the manifest's size
 };
+
+class ShardCache;
 
 // One output column: its name and the bytes one row takes.
 struct ColumnSpec {
@@ -80,11 +84,15 @@ class ShardGroups {
   // Receives column c's values of rows first_row.. of a row group (see ColumnRunSink).
   using RunSink = std::function<void(size_t c, int64_t first_row, const uint8_t* values, int64_t rows)>;
 
-  // `shards` with row-group counts already checked (ShardReader::Make).
-  ShardGroups(std::vector<ShardFile> shards, std::vector<ColumnSpec> columns);
+  // `shards` with row-group counts already checked (ShardReader::Make); with a cache, shards are opened
+  // from their cached copies (shard_cache.h).
+  ShardGroups(std::vector<ShardFile> shards, std::vector<ColumnSpec> columns,
+              std::shared_ptr<ShardCache> cache = nullptr);
 
   Handles NewHandles() const { return Handles(shards_.size()); }
   const std::vector<ColumnSpec>& columns() const { return columns_; }
+  ShardCache* cache() const { return cache_.get(); }
+  int64_t ShardOf(int64_t row_group) const { return shard_of_group_[row_group]; }
 
   // Reads the selected columns of global row group `row_group` (opening and
   // checking its shard on first use), handing every run of values to `sink`.
@@ -97,6 +105,7 @@ class ShardGroups {
   static constexpr int64_t kRecycleMinBlockBytes = 1 << 20;
   std::vector<ShardFile> shards_;
   std::vector<ColumnSpec> columns_;
+  std::shared_ptr<ShardCache> cache_;
   std::vector<int64_t> shard_of_group_;  // global row group -> shard
   std::vector<int64_t> index_in_shard_;  // global row group -> row group within its shard
   std::vector<int64_t> rows_;            // global row group -> rows

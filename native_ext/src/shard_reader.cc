@@ -113,15 +113,23 @@ arrow::Status ShardReader::Init() {
   }
   epoch_ = o.start_epoch;
   position_ = o.start_position;
-  prefetcher_ = std::make_unique<WindowPrefetcher>(o, layout_, std::make_unique<ShardGroups>(o.shards, columns_),
-                                                   RankStart(), RankStart() + rank_rows_, conversion_);
+  if (!o.cache.directory.empty()) {
+    ARROW_ASSIGN_OR_RAISE(cache_, ShardCache::Make(o.cache, options_.shards));  // shards with their remote bounds
+  }
+  prefetcher_ = std::make_unique<WindowPrefetcher>(
+      o, layout_, std::make_unique<ShardGroups>(o.shards, columns_, cache_), RankStart(), RankStart() + rank_rows_,
+      conversion_);
   return arrow::Status::OK();
 }
 
-arrow::Status ShardReader::Start() { return prefetcher_->Start(epoch_, position_); }
+arrow::Status ShardReader::Start() {
+  if (cache_) ARROW_RETURN_NOT_OK(cache_->Start());
+  return prefetcher_->Start(epoch_, position_);
+}
 
 void ShardReader::Stop() {
   if (prefetcher_) prefetcher_->Stop();
+  if (cache_) cache_->Stop();
 }
 
 BatchPlan ShardReader::PlanNext() {

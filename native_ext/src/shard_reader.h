@@ -3,7 +3,8 @@
 //
 // Order: EpochOrder (row-group permutation + windowed row shuffle per epoch;
 // epoch_order.h); rank r of k reads a contiguous slice of every epoch.
-// Parts: ShardGroups reads row groups from the shard files (shard_file.h);
+// Parts: ShardGroups reads row groups from the shard files (shard_file.h),
+// or from their copies in a local ShardCache (shard_cache.h) fetched ahead;
 // a WindowPrefetcher's threads prepare the next windows of this rank's
 // slice ahead of the consumer (window_prefetch.h), placing each row where
 // the epoch order puts it (row_placement.h). A batch is then a view into a
@@ -27,6 +28,7 @@
 
 #include "epoch_order.h"
 #include "reader_options.h"
+#include "shard_cache.h"
 #include "shard_file.h"
 #include "window_prefetch.h"
 
@@ -62,6 +64,8 @@ class ShardReader {
   const RecordConverter* converter() const { return conversion_ ? conversion_->converter.get() : nullptr; }
   int64_t rows_per_epoch() const { return rank_rows_; }
   int64_t num_rows() const { return layout_->num_rows(); }
+  // The shard cache (ReaderOptions::cache), or null.
+  ShardCache* cache() const { return cache_.get(); }
   int64_t epoch() const { return epoch_; }
   int64_t position() const { return position_; }
 
@@ -97,6 +101,7 @@ class ShardReader {
   std::vector<ColumnSpec> columns_;
   int64_t rank_rows_ = 0;
   std::shared_ptr<const Conversion> conversion_;
+  std::shared_ptr<ShardCache> cache_;
   std::unique_ptr<WindowPrefetcher> prefetcher_;
 
   // Consumer state (the checkpoint).

@@ -91,8 +91,7 @@ arrow::Status WindowPrefetcher::Start(int64_t epoch, int64_t position) {
   stopping_ = false;
   resume_epoch_ = epoch;
   resume_position_ = position;
-  next_epoch_ = epoch;
-  next_window_ = -1;
+  next_ = {epoch, -1};
   for (int i = 0; i < num_threads_; ++i) threads_.emplace_back([this] { WorkerLoop(); });
   return arrow::Status::OK();
 }
@@ -116,27 +115,45 @@ void WindowPrefetcher::Stop() {
 }
 
 std::shared_ptr<const EpochOrder> WindowPrefetcher::OrderFor(int64_t epoch) {
-  if (!order_cache_ || order_cache_->epoch() != epoch) {
-    order_cache_ = std::make_shared<EpochOrder>(layout_, seed_, epoch, window_row_groups_, shuffle_);
+  // Two epochs kept: the cache's plan looks into the next epoch while the current one is scheduled.
+  auto& order = order_cache_[epoch % 2];
+  if (!order || order->epoch() != epoch) {
+    order = std::make_shared<EpochOrder>(layout_, seed_, epoch, window_row_groups_, shuffle_);
   }
-  return order_cache_;
+  return order;
 }
 
-void WindowPrefetcher::ScheduleLocked() {
-  if (rank_end_ == rank_start_) return;
-  bool scheduled = false;
-  while (static_cast<int64_t>(slots_.size()) < prefetch_windows_ + 1) {
-    if (num_epochs_ > 0 && next_epoch_ >= num_epochs_) break;
-    auto order = OrderFor(next_epoch_);
-    if (next_window_ < 0) {
-      const int64_t first = next_epoch_ == resume_epoch_ ? rank_start_ + resume_position_ : rank_start_;
+bool WindowPrefetcher::TakeWindow(WindowCursor* cursor, std::shared_ptr<const EpochOrder>* order) {
+  while (true) {
+    if (num_epochs_ > 0 && cursor->epoch >= num_epochs_) return false;
+    *order = OrderFor(cursor->epoch);
+    if (cursor->window < 0) {
+      const int64_t first = cursor->epoch == resume_epoch_ ? rank_start_ + resume_position_ : rank_start_;
       if (first >= rank_end_) {  // resumed exactly at the end of an epoch
-        ++next_epoch_;
+        ++cursor->epoch;
         continue;
       }
-      next_window_ = order->WindowOf(first);
+      cursor->window = (*order)->WindowOf(first);
     }
-    auto slot = std::make_shared<WindowSlot>(next_epoch_, next_window_, order);
+    return true;
+  }
+}
+
+void WindowPrefetcher::AdvanceCursor(WindowCursor* cursor, int64_t window_end) const {
+  if (window_end >= rank_end_) {
+    ++cursor->epoch;
+    cursor->window = -1;
+  } else {
+    ++cursor->window;
+  }
+}
+
+bool WindowPrefetcher::ScheduleLocked() {
+  if (rank_end_ == rank_start_) return false;
+  bool scheduled = false;
+  std::shared_ptr<const EpochOrder> order;
+  while (static_cast<int64_t>(slots_.size()) < prefetch_windows_ + 1 && TakeWindow(&next_, &order)) {
+    auto slot = std::make_shared<WindowSlot>(next_.epoch, next_.window, order);
     const int64_t groups = static_cast<int64_t>(slot->layout.row_groups().size());
     if (!ScatterRows()) slot->groups.resize(static_cast<size_t>(groups));  // held until gathered
     slot->arranged_start = std::max(slot->layout.start(), rank_start_);
@@ -155,35 +172,52 @@ void WindowPrefetcher::ScheduleLocked() {
     }
     slots_.push_back(slot);
     scheduled = true;
-    if (slot->layout.end() >= rank_end_) {
-      ++next_epoch_;
-      next_window_ = -1;
-    } else {
-      ++next_window_;
-    }
+    AdvanceCursor(&next_, slot->layout.end());
   }
   // Only when there is new work: this runs for every batch, and waking idle
   // decode threads for nothing cost two context switches per batch (a fifth
   // of the CPU on 100-byte rows).
   if (scheduled) work_ready_.notify_all();
+  return scheduled;
+}
+
+void WindowPrefetcher::PlanCacheLocked() {
+  ShardCache* cache = groups_->cache();
+  if (!cache) return;
+  std::vector<int64_t> shards;
+  auto add_window = [&](const EpochWindow& window) {
+    for (int64_t group : window.row_groups()) shards.push_back(groups_->ShardOf(group));
+  };
+  for (const auto& slot : slots_) add_window(slot->layout);
+  WindowCursor cursor = next_;
+  std::shared_ptr<const EpochOrder> order;
+  for (int64_t i = 0; i < cache->options().ahead_windows && TakeWindow(&cursor, &order); ++i) {
+    const EpochWindow window = order->Window(cursor.window);
+    add_window(window);
+    AdvanceCursor(&cursor, window.end());
+  }
+  cache->Plan(shards);
 }
 
 arrow::Result<std::shared_ptr<const WindowSlot>> WindowPrefetcher::ReadyWindow(int64_t epoch, int64_t first,
                                                                                int64_t last) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (threads_.empty()) return arrow::Status::Invalid("the reader is stopped");
+  bool moved = false;  // the windows ahead changed: the cache's plan follows
   while (true) {
-    ScheduleLocked();
+    moved |= ScheduleLocked();
     if (slots_.empty()) return arrow::Status::IndexError("no window holds epoch position ", first);
     auto& front = slots_.front();
     if (front->epoch < epoch || (front->epoch == epoch && front->layout.end() <= first)) {
       // A window of a skipped remainder, or one already consumed: its
       // buffers go back to the process cache once no worker or batch holds it.
       slots_.pop_front();
+      moved = true;
       continue;
     }
     break;
   }
+  if (moved) PlanCacheLocked();
   auto slot = slots_.front();
   if (slot->epoch != epoch || slot->arranged_start > first || slot->arranged_end <= first) {
     return arrow::Status::IndexError("window schedule out of step at epoch ", epoch, " position ", first);
@@ -197,6 +231,7 @@ arrow::Result<std::shared_ptr<const WindowSlot>> WindowPrefetcher::ReadyWindow(i
 
 void WindowPrefetcher::WorkerLoop() {
   ShardGroups::Handles handles = groups_->NewHandles();
+  const WindowSlot* handles_window = nullptr;
   while (true) {
     Task task;
     {
@@ -205,6 +240,11 @@ void WindowPrefetcher::WorkerLoop() {
       if (stopping_) return;
       task = std::move(tasks_.front());
       tasks_.pop_front();
+    }
+    if (groups_->cache() && task.slot.get() != handles_window) {
+      // Cached shards are opened per window: an open file would keep an evicted copy's disk space.
+      handles = groups_->NewHandles();
+      handles_window = task.slot.get();
     }
     if (task.arrange) {
       RunArrange(task);

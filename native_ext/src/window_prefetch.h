@@ -37,6 +37,7 @@
 #include "record_converter.h"
 #include "reader_options.h"
 #include "row_placement.h"
+#include "shard_cache.h"
 #include "shard_file.h"
 
 namespace shardmill {
@@ -111,6 +112,11 @@ class WindowPrefetcher {
   arrow::Result<std::shared_ptr<const WindowSlot>> ReadyWindow(int64_t epoch, int64_t first, int64_t last);
 
  private:
+  // The next window to schedule: of this epoch (window -1: the first this rank reads in it).
+  struct WindowCursor {
+    int64_t epoch = 0;
+    int64_t window = -1;
+  };
   // Decode row group `index` of the slot's window, or arrange part `index` of it.
   struct Task {
     std::shared_ptr<WindowSlot> slot;
@@ -118,7 +124,14 @@ class WindowPrefetcher {
     int64_t index = 0;
   };
 
-  void ScheduleLocked();
+  // Schedules windows up to prefetch_windows ahead; whether it scheduled any.
+  bool ScheduleLocked();
+  // Resolves the cursor to the window it names (its epoch's order in *order); false when no epoch is left.
+  bool TakeWindow(WindowCursor* cursor, std::shared_ptr<const EpochOrder>* order);
+  // Moves the cursor past its window, which ends at epoch position window_end.
+  void AdvanceCursor(WindowCursor* cursor, int64_t window_end) const;
+  // Tells the shard cache the shards of the scheduled windows and of the cache's ahead_windows after them.
+  void PlanCacheLocked();
   void WorkerLoop();
   void RunArrange(const Task& task);
   void RunDecode(const Task& task, ShardGroups::Handles* handles);
@@ -159,9 +172,8 @@ class WindowPrefetcher {
   std::deque<Task> tasks_;
   int64_t resume_epoch_ = 0;     // the consumer's position at Start(): the first window ...
   int64_t resume_position_ = 0;  // ... holds this row of the rank's slice of that epoch
-  int64_t next_epoch_ = 0;   // next window to schedule ...
-  int64_t next_window_ = 0;  // ... within that epoch (-1: find the first)
-  std::shared_ptr<const EpochOrder> order_cache_;
+  WindowCursor next_;  // the next window to schedule
+  std::shared_ptr<const EpochOrder> order_cache_[2];  // by epoch parity
   bool stopping_ = false;
   std::vector<std::thread> threads_;
 };

@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 #include <parquet/arrow/writer.h>
 
+#include "sha256.h"
 #include "shard_file.h"
 #include "shard_reader.h"
 
@@ -51,12 +52,27 @@ struct ShardsOnDisk {
         EXPECT_TRUE((*writer)->WriteTable(*arrow::Table::Make(schema, {id_array, frame_array}), rows + 1).ok());
       }
       EXPECT_TRUE((*writer)->Close().ok());
+      const std::string bytes = Contents(shard.path);
+      Sha256 hasher;
+      hasher.Update(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+      shard.sha256 = hasher.HexDigest();
+      shard.bytes = static_cast<int64_t>(bytes.size());
       shards.push_back(std::move(shard));
     }
   }
   ~ShardsOnDisk() {
     for (const auto& shard : shards) std::remove(shard.path.c_str());
     rmdir(dir.c_str());
+  }
+  static std::string Contents(const std::string& path) {
+    std::string bytes;
+    if (FILE* f = std::fopen(path.c_str(), "rb")) {
+      char block[65536];
+      size_t n;
+      while ((n = std::fread(block, 1, sizeof(block), f)) > 0) bytes.append(block, n);
+      std::fclose(f);
+    }
+    return bytes;
   }
   static std::vector<uint8_t> Frame(int64_t id, int width) {
     std::vector<uint8_t> frame(static_cast<size_t>(width));
