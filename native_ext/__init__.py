@@ -11,7 +11,7 @@ import pyarrow as _pyarrow
 
 from shardmill.native_ext._build_info import BUILT_AGAINST_PYARROW
 
-__all__ = ["BUILT_AGAINST_PYARROW", "Lc0Tensors", "MegatronSamples", "NativeError", "OrderOptions", "OutputError",
+__all__ = ["BUILT_AGAINST_PYARROW", "CacheOptions", "Lc0Tensors", "MegatronSamples", "NativeError", "OrderOptions", "OutputError",
            "ReadOptions", "RemoteOptions", "ShardOptions", "ShardReader", "cached_memory_bytes", "check_pyarrow_match", "load_manifest",
            "release_cached_memory", "self_check"]
 
@@ -32,6 +32,6 @@ check_pyarrow_match()
 from shardmill.native_ext._native import (NativeError, cached_memory_bytes, release_cached_memory,  # noqa: E402
                                           self_check)
 from shardmill.native_ext.converters import Lc0Tensors, MegatronSamples  # noqa: E402
-from shardmill.native_ext.options import OrderOptions, ReadOptions, ShardOptions  # noqa: E402
+from shardmill.native_ext.options import CacheOptions, OrderOptions, ReadOptions, ShardOptions  # noqa: E402
 from shardmill.native_ext.reader import OutputError, ShardReader, load_manifest  # noqa: E402
 from shardmill.native_ext.remote import RemoteOptions  # noqa: E402

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -74,12 +74,16 @@ class ArrowColumns:
       strings, lists and nulls), "offsets" (strings, binary and lists as OffsetsValues, the rest numpy).
     row_groups: rows per row group, per shard (the manifest's).
     cached_row_groups: decoded row groups kept (least recently used goes first).
+    cached_path: shard index -> the local path of its cached copy (the reader's shard cache), or None:
+      shards are opened where they are.
     """
 
     def __init__(self, shard_paths: list[str], row_groups: list[list[int]], columns: list[str], as_format: str,
-                 cached_row_groups: int, remote: RemoteOptions = RemoteOptions()):
+                 cached_row_groups: int, remote: RemoteOptions = RemoteOptions(),
+                 cached_path: Callable[[int], str] | None = None):
         self._paths = list(shard_paths)
         self._remote = remote
+        self._cached_path = cached_path
         self._groups = [(s, g) for s, counts in enumerate(row_groups) for g in range(len(counts))]
         sizes = [n for counts in row_groups for n in counts]
         self._starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
@@ -96,7 +100,8 @@ class ArrowColumns:
         if shard in self._files:
             self._files.move_to_end(shard)
             return self._files[shard]
-        filesystem, path = filesystem_of(self._paths[shard], self._remote)
+        location = self._cached_path(shard) if self._cached_path is not None else self._paths[shard]
+        filesystem, path = filesystem_of(location, self._remote)
         parquet = pq.ParquetFile(filesystem.open_input_file(path))
         self._files[shard] = parquet
         while len(self._files) > 64:  # open shards kept

@@ -9,12 +9,14 @@ OrderOptions fixes every epoch's order (with the epoch and the dataset's
 row-group counts, nothing else); ShardOptions is this data-parallel rank
 (Grain's ShardOptions; torch's rank and world size); ReadOptions is how the
 rows are read (threads, prefetch, checksums), which changes nothing in what
-is served. The PyTorch and Grain adapters take the same objects.
+is served. The PyTorch and Grain adapters take the same objects; CacheOptions
+(in ReadOptions) keeps a remote dataset's shards on local disk.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from shardmill.native_ext.remote import RemoteOptions
 
@@ -67,6 +69,41 @@ class ShardOptions:
 
 
 @dataclasses.dataclass(frozen=True)
+class CacheOptions:
+    """A local copy of a remote dataset's shards, shared by every reader process of the host.
+
+    directory: where the copies live, named by their SHA-256 (`<sha256>.parquet`): a copy is used only
+      once its bytes hash to the manifest's digest, and an unchanged shard of a new output is not
+      fetched again. Readers of one host (ranks, loader workers, later runs) share it: one download per
+      shard, through a lock file per shard.
+    max_bytes: the copies fetched ahead stay within this; least recently used copies no reader holds
+      are removed first. A shard needed now is fetched even when every copy is held (the current and
+      next windows of the readers): size it for at least those.
+    ahead_windows: windows past the decoded ones whose shards are fetched ahead, in the reader's order.
+    fetch_threads: concurrent downloads ahead.
+    A directory that cannot take a shard (disk full) serves it from the store instead (counted in
+    ShardReader.cache_stats()["uncached"]).
+    """
+
+    directory: str
+    max_bytes: int
+    ahead_windows: int = 4
+    fetch_threads: int = 2
+
+    def __post_init__(self):
+        if not isinstance(self.directory, (str, os.PathLike)) or not os.fspath(self.directory):
+            raise ValueError(f"CacheOptions.directory must be a local directory path, got {self.directory!r}")
+        if "://" in os.fspath(self.directory):
+            raise ValueError(f"CacheOptions.directory must be on local disk, got {self.directory!r}")
+        _check_int("CacheOptions", "max_bytes", self.max_bytes, 1, 1 << 62)
+        _check_int("CacheOptions", "ahead_windows", self.ahead_windows, 0, MAX_WINDOWS)
+        _check_int("CacheOptions", "fetch_threads", self.fetch_threads, 1, 64)
+
+    def as_native(self) -> tuple[str, int, int, int]:
+        return os.path.abspath(os.fspath(self.directory)), self.max_bytes, self.ahead_windows, self.fetch_threads
+
+
+@dataclasses.dataclass(frozen=True)
 class ReadOptions:
     """How rows are read; none of it changes which rows are served, or in which order.
 
@@ -77,18 +114,23 @@ class ReadOptions:
       corrupted inside compressed data can decode to wrong values silently.
     remote: bounds on every call that reaches a remote (s3://, gs://)
       dataset: connect and request timeouts, attempts (remote.py).
+    cache: shards read from a local copy fetched ahead (CacheOptions); None:
+      read where they are.
     """
 
     num_threads: int = 2
     prefetch_windows: int = 2
     verify_checksums: bool = False
     remote: RemoteOptions = RemoteOptions()
+    cache: CacheOptions | None = None
 
     def __post_init__(self):
         _check_int("ReadOptions", "num_threads", self.num_threads, 1, MAX_THREADS)
         _check_int("ReadOptions", "prefetch_windows", self.prefetch_windows, 0, 64)
         _check_bool("ReadOptions", "verify_checksums", self.verify_checksums)
         check_type("ReadOptions.remote", self.remote, RemoteOptions)
+        if self.cache is not None:
+            check_type("ReadOptions.cache", self.cache, CacheOptions)
 
 
 def check_type(name: str, value, cls: type | tuple[type, ...]):

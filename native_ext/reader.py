@@ -75,7 +75,8 @@ class ShardReader:
         window_row_groups).
       shard_options: this data-parallel rank and the number of ranks
         (ShardOptions).
-      read_options: threads, prefetch and checksums (ReadOptions).
+      read_options: threads, prefetch, checksums, remote bounds and a local
+        shard cache (ReadOptions).
       converter: training tensors added to each batch (converters.Lc0Tensors,
         converted on the decode threads; converters.MegatronSamples); None:
         the columns only.
@@ -140,7 +141,8 @@ class ShardReader:
             self._native_columns = [self._carrier]
         arrow = [c for c in columns if c not in dataset.native]
         self._arrow = ArrowColumns(dataset.shard_paths, [s["row_groups"] for s in self._manifest["shards"]], arrow,
-                                   arrow_columns_as, 2 * order.window_row_groups, read.remote) if arrow else None
+                                   arrow_columns_as, 2 * order.window_row_groups, read.remote,
+                                   self._cached_path if read.cache is not None else None) if arrow else None
         self._settings = {
             "dataset": self._dataset_fingerprint(),
             "batch_size": int(batch_size),
@@ -183,13 +185,15 @@ class ShardReader:
     def _options(self, start_epoch: int, start_position: int, piece: tuple[int, int] | None = None) -> ReaderOptions:
         options = ReaderOptions()
         for shard_path, shard in zip(self._shard_paths, self._manifest["shards"]):
-            options.add_shard(shard_path, list(shard["row_groups"]))
+            options.add_shard(shard_path, list(shard["row_groups"]), shard["sha256"], shard["bytes"])
         for name in ("batch_size", "drop_remainder", "shard_index", "shard_count", "num_epochs", "seed",
                      "shuffle", "window_row_groups"):
             setattr(options, name, self._settings[name])
         options.columns = self._native_columns
         options.num_threads, options.prefetch_windows = self._read.num_threads, self._read.prefetch_windows
         options.remote = self._read.remote.as_native()
+        if self._read.cache is not None:
+            options.cache = self._read.cache.as_native()
         options.start_epoch, options.start_position = start_epoch, start_position
         if self._converter is not None:
             self._converter.configure(options)
@@ -248,6 +252,19 @@ class ShardReader:
     @property
     def manifest(self) -> dict:
         return self._manifest
+
+    def cache_stats(self) -> dict | None:
+        """With ReadOptions.cache: this reader's shard cache counts (downloads, downloaded_bytes, verified:
+        copies found cached and checked, corrupt: copies that failed the check and were fetched again,
+        evicted, uncached: shards the directory could not take); None without a cache."""
+        return self._native.cache_stats()
+
+    def _cached_path(self, shard: int) -> str:
+        """Where the Arrow-served columns open a shard: its cached copy."""
+        try:
+            return self._native.cached_path(shard)
+        except NativeError as err:
+            raise OutputError(str(err)) from None
 
     def __iter__(self) -> Iterator[dict]:
         return self

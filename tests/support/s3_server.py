@@ -3,16 +3,22 @@
 The job and the reader reach it as they reach AWS: through the standard
 environment (AWS_ENDPOINT_URL, keys, region), which Arrow (C++ and Python)
 and boto3 read. `requests()` counts the server's requests (moto's own log),
-so a test can tell whether bytes came from the store or a cache.
+and a CountingProxy in front of it counts the bytes each object sent, so a
+test can tell whether bytes came from the store or a cache.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import http.client
+import http.server
 import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.parse
 
 import pyarrow.fs as pafs
 
@@ -86,3 +92,67 @@ def silent_server():
         yield f"127.0.0.1:{listener.getsockname()[1]}"
     finally:
         listener.close()
+
+
+class CountingProxy:
+    """An HTTP proxy on loopback in front of the S3 server that counts the body bytes it served per object
+    path. Readers reach it through the location's query (`?endpoint_override=127.0.0.1:PORT&scheme=http`),
+    from this process or from others."""
+
+    _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "upgrade"}
+
+    def __init__(self, server: S3Server):
+        self._lock = threading.Lock()
+        self._sent: collections.Counter[str] = collections.Counter()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _forward(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in proxy._HOP_BY_HOP}
+                upstream = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+                try:
+                    upstream.request(self.command, self.path, body=body, headers=headers)
+                    response = upstream.getresponse()
+                    payload = response.read()
+                    self.send_response(response.status, response.reason)
+                    head = self.command == "HEAD"  # no body: the object's own Content-Length
+                    for key, value in response.getheaders():
+                        if key.lower() not in proxy._HOP_BY_HOP and (head or key.lower() != "content-length"):
+                            self.send_header(key, value)
+                    if not head:
+                        self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(payload)
+                        with proxy._lock:
+                            proxy._sent[urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)] += len(payload)
+                finally:
+                    upstream.close()
+
+            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def located(self, uri: str) -> str:
+        """`uri` read through this proxy."""
+        return f"{uri}?endpoint_override=127.0.0.1:{self.port}&scheme=http"
+
+    def sent(self, path_part: str = "") -> int:
+        """Body bytes served so far for object paths containing path_part."""
+        with self._lock:
+            return sum(n for path, n in self._sent.items() if path_part in path)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -144,10 +144,24 @@ PYBIND11_MODULE(_native, m) {
       .def(py::init<>())
       .def(
           "add_shard",
-          [](shardmill::ReaderOptions& options, std::string path, std::vector<int64_t> row_group_rows) {
-            options.shards.push_back({std::move(path), std::move(row_group_rows)});
+          [](shardmill::ReaderOptions& options, std::string path, std::vector<int64_t> row_group_rows,
+             std::string sha256, int64_t bytes) {
+            shardmill::ShardFile shard{std::move(path), std::move(row_group_rows)};
+            shard.sha256 = std::move(sha256);
+            shard.bytes = bytes;
+            options.shards.push_back(std::move(shard));
           },
-          py::arg("path"), py::arg("row_group_rows"))
+          py::arg("path"), py::arg("row_group_rows"), py::arg("sha256") = "", py::arg("bytes") = -1)
+      .def_property(
+          "cache",
+          [](const shardmill::ReaderOptions& options) {
+            const auto& c = options.cache;
+            return py::make_tuple(c.directory, c.max_bytes, c.ahead_windows, c.fetch_threads);
+          },
+          [](shardmill::ReaderOptions& options, std::tuple<std::string, int64_t, int64_t, int> cache) {
+            options.cache = {std::get<0>(cache), std::get<1>(cache), std::get<2>(cache), std::get<3>(cache)};
+          },
+          "(directory, max_bytes, ahead_windows, fetch_threads) of the local shard cache; directory '': none")
       .def_property(
           "remote",
           [](const shardmill::ReaderOptions& options) {
@@ -187,6 +201,29 @@ PYBIND11_MODULE(_native, m) {
           py::call_guard<py::gil_scoped_release>(), "Starts the decode threads (idempotent).")
       .def("next_batch", &NextBatch, "The next batch as a dict of numpy arrays, or None at the end.")
       .def("stop", &ShardReader::Stop, py::call_guard<py::gil_scoped_release>())
+      .def(
+          "cached_path",
+          [](ShardReader& reader, int64_t shard) {
+            if (!reader.cache()) throw shardmill::NativeError("the reader has no shard cache");
+            py::gil_scoped_release release;
+            return shardmill::ValueOrThrow(reader.cache()->Acquire(shard), "");
+          },
+          py::arg("shard"), "The path to open shard `shard` at: its verified cached copy (fetched if need be).")
+      .def(
+          "cache_stats",
+          [](const ShardReader& reader) -> py::object {
+            if (!reader.cache()) return py::none();
+            const shardmill::CacheStats stats = reader.cache()->stats();
+            py::dict out;
+            out["downloads"] = stats.downloads;
+            out["downloaded_bytes"] = stats.downloaded_bytes;
+            out["verified"] = stats.verified;
+            out["corrupt"] = stats.corrupt;
+            out["evicted"] = stats.evicted;
+            out["uncached"] = stats.uncached;
+            return out;
+          },
+          "The shard cache's counts (shard_cache.h CacheStats), or None without a cache.")
       .def_property_readonly("epoch", &ShardReader::epoch)
       .def_property_readonly("position", &ShardReader::position)
       .def_property_readonly("rows_per_epoch", &ShardReader::rows_per_epoch)
