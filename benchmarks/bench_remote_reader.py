@@ -1,4 +1,5 @@
-"""The reader on object storage: one output served from an S3 server (moto on loopback) vs from local disk.
+"""The reader on object storage: one output served from an S3 server (moto on loopback), without and with the
+local shard cache, vs from local disk.
 
     python benchmarks/bench_remote_reader.py [--rows 40000] [--rounds 3]
 
@@ -9,7 +10,11 @@ frames' bytes decoded natively) from local disk and from the server, in one
 process. Both read through Arrow's filesystems; the server adds the HTTP
 round trips of every range read (the native reader's prefetch windows hide
 some of them). Loopback: no network latency, so this measures the protocol's
-cost, not a WAN's.
+cost, not a WAN's. The cache ways (ReadOptions.cache, a fresh directory each
+round): a cold cache (one reader's first epoch: every shard downloaded ahead
+of the windows), its second epoch (served from the copies it holds), and a
+warm cache (a new reader on the filled directory: each copy hashed once
+against the manifest, then read locally).
 
 Prints one JSON object: rows/s and MB/s per way and round, the best round of
 each, and the ratio to local disk.
@@ -28,7 +33,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from shardmill.native_ext import OrderOptions, ShardReader, load_manifest  # noqa: E402
+from shardmill.native_ext import (CacheOptions, OrderOptions, ReadOptions, ShardReader,  # noqa: E402
+                                  load_manifest)
 from tests.datagen.shards import write_output  # noqa: E402
 from tests.support.s3_server import S3Server  # noqa: E402
 
@@ -36,13 +42,21 @@ BATCH = 256
 WIDTH = 8356
 
 
-def epoch(path: str) -> tuple[int, float]:
+def epochs(path: str, count: int = 1, cache: str | None = None) -> list[tuple[int, float]]:
+    """(rows, seconds) of each of `count` epochs of one reader (the first including opening it)."""
+    options = ReadOptions(cache=CacheOptions(cache, max_bytes=1 << 40) if cache else None)
+    timed = []
     start = time.perf_counter()
     rows = 0
-    with ShardReader(path, batch_size=BATCH, columns=["frame", "id"], order_options=OrderOptions(seed=1)) as reader:
+    with ShardReader(path, batch_size=BATCH, columns=["frame", "id"], num_epochs=count,
+                     order_options=OrderOptions(seed=1), read_options=options) as reader:
         for batch in reader:
+            if int(batch["epoch"]) == len(timed) + 1:
+                timed.append((rows, time.perf_counter() - start))
+                start, rows = time.perf_counter(), 0
             rows += len(batch["id"])
-    return rows, time.perf_counter() - start
+    timed.append((rows, time.perf_counter() - start))
+    return timed
 
 
 def main() -> None:
@@ -62,12 +76,21 @@ def main() -> None:
         os.environ.update(server.env)
         server.create_bucket("bench")
         server.upload(local, "bench/out")
-        ways = {"local disk": local, "S3 server (loopback)": "s3://bench/out"}
-        rounds = {name: [] for name in ways}
-        for _ in range(args.rounds):
-            for name, path in ways.items():
-                rows, seconds = epoch(path)
-                rounds[name].append((rows / seconds, size / seconds / 1e6))
+        names = ["local disk", "S3 server", "S3, cold cache", "S3, cached epoch (same reader)",
+                 "S3, warm cache (new reader)"]
+        rounds = {name: [] for name in names}
+
+        def record(name, rows, seconds):
+            rounds[name].append((rows / seconds, size / seconds / 1e6))
+
+        for i in range(args.rounds):
+            record("local disk", *epochs(local)[0])
+            record("S3 server", *epochs("s3://bench/out")[0])
+            cache = os.path.join(work, f"cache-{i}")
+            cold, cached = epochs("s3://bench/out", 2, cache)
+            record("S3, cold cache", *cold)
+            record("S3, cached epoch (same reader)", *cached)
+            record("S3, warm cache (new reader)", *epochs("s3://bench/out", 1, cache)[0])
     finally:
         server.stop()
     best = {name: max(r[0] for r in values) for name, values in rounds.items()}

@@ -15,6 +15,7 @@ Paths are taken as users write them: relative, `./x`, `x/`, `~/x`, and URIs
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import hashlib
 import json
@@ -36,6 +37,7 @@ MAX_ROW_GROUPS_PER_SHARD = 1_000_000
 MAX_ROWS = 1 << 48  # far beyond any dataset; keeps every count exact in int64 arithmetic
 MAX_MANIFEST_BYTES = 1 << 30
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+REMOTE_CHECK_THREADS = 16  # shards of a remote dataset checked at once (each check waits on round trips)
 
 
 class OutputError(ValueError):
@@ -270,8 +272,9 @@ def open_dataset(path: str, verify_checksums: bool = False, columns=None,
     manifest, manifest_path = _read_manifest(fs, base, os.fspath(path))
     check_manifest(manifest, manifest_path)
     columns = columns if columns in (None, DEFAULT_COLUMNS) else list(columns)
-    shard_paths = []
-    for i, shard in enumerate(manifest["shards"]):
+
+    def check_shard(numbered: tuple[int, dict]) -> tuple[str, str, pa.Schema, set[str]]:
+        i, shard = numbered
         where = f"{manifest_path}: shards[{i}]"
         on_fs, for_reader = _resolve_shard(fs, base, location, shard["path"], where)
         try:
@@ -292,13 +295,28 @@ def open_dataset(path: str, verify_checksums: bool = False, columns=None,
                 raise _fail(where, f"shard {on_fs} cannot be read ({err})") from None
             if digest.hexdigest() != shard["sha256"]:
                 raise OutputError(f"shard {on_fs}: SHA-256 differs from the manifest's")
-        schema, shard_nullable = _check_footer(fs, on_fs, shard, where)
-        nullable |= shard_nullable
-        if columns == DEFAULT_COLUMNS:
-            columns = default_columns(manifest, schema)
-        _check_columns(on_fs, schema, columns or [], first_schema)
-        first_schema = first_schema or schema
-        shard_paths.append(for_reader)
+        return (on_fs, for_reader, *_check_footer(fs, on_fs, shard, where))
+
+    # On a remote store each shard costs round trips (its size, its footer): checked concurrently, or a
+    # dataset of 10,000 shards takes minutes to open. Results and the first failure in manifest order.
+    numbered = list(enumerate(manifest["shards"]))
+    if isinstance(fs, pafs.LocalFileSystem) or len(numbered) == 1:
+        checked = map(check_shard, numbered)
+    else:
+        pool = concurrent.futures.ThreadPoolExecutor(REMOTE_CHECK_THREADS)
+        checked = pool.map(check_shard, numbered)
+    shard_paths = []
+    try:
+        for on_fs, for_reader, schema, shard_nullable in checked:
+            nullable |= shard_nullable
+            if columns == DEFAULT_COLUMNS:
+                columns = default_columns(manifest, schema)
+            _check_columns(on_fs, schema, columns or [], first_schema)
+            first_schema = first_schema or schema
+            shard_paths.append(for_reader)
+    finally:
+        if not isinstance(checked, map):
+            pool.shutdown(cancel_futures=True)
     # Event logs hold nulls as data; lc0 and token outputs never write one, so a null there is damage, which
     # the native core reports (naming shard and column) instead of serving it.
     if manifest.get("record_format", "lc0") != "events":

@@ -396,7 +396,6 @@ bool ShardCache::MakeRoomLocked(int64_t bytes) {
   closedir(dir);
   // A download a process left behind when it died: no one holds its shard's lock.
   for (const auto& key : parts) {
-    if (total + bytes <= options_.max_bytes) break;
     Descriptor lock(open((options_.directory + "/" + key + ".lock").c_str(), O_RDWR | O_CLOEXEC));
     if (lock.get() < 0 || flock(lock.get(), LOCK_EX | LOCK_NB) != 0) continue;
     const std::string part = options_.directory + "/" + key + ".part";

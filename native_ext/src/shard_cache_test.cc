@@ -88,6 +88,24 @@ TEST(ShardCache, ADamagedCopyIsFetchedAgain) {
   EXPECT_EQ(ShardsOnDisk::Contents(*path), ShardsOnDisk::Contents(data.shards[0].path));
 }
 
+TEST(ShardCache, DownloadsLeftByADeadProcessAreReplacedOrRemoved) {
+  ShardsOnDisk data({{100}, {100}}, 64);
+  CacheDir dir;
+  std::filesystem::create_directories(dir.path);
+  for (const auto& shard : data.shards) {  // what a reader killed mid-download leaves (its locks went with it)
+    FILE* f = std::fopen((dir.path + "/" + shard.sha256 + ".part").c_str(), "wb");
+    std::fputs("half a shard", f);
+    std::fclose(f);
+    std::fclose(std::fopen((dir.path + "/" + shard.sha256 + ".lock").c_str(), "wb"));
+  }
+  auto path = MakeCache(dir, data)->Acquire(0);
+  ASSERT_TRUE(path.ok()) << path.status().ToString();
+  EXPECT_EQ(ShardsOnDisk::Contents(*path), ShardsOnDisk::Contents(data.shards[0].path));
+  for (const auto& shard : data.shards) {
+    EXPECT_FALSE(std::filesystem::exists(dir.path + "/" + shard.sha256 + ".part"));
+  }
+}
+
 TEST(ShardCache, AStoreWhoseBytesDifferFromTheManifestIsAnErrorNamingTheShard) {
   ShardsOnDisk data({{100}}, 64);
   CacheDir dir;

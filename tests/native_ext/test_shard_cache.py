@@ -173,3 +173,35 @@ def test_cache_options_are_checked(tmp_path):
         CacheOptions("s3://bucket/cache", max_bytes=1 << 20)
     with pytest.raises(TypeError, match="ReadOptions.cache must be a CacheOptions"):
         ReadOptions(cache=str(tmp_path))
+
+
+READ_FOREVER = """
+import sys
+from shardmill.native_ext import CacheOptions, OrderOptions, ReadOptions, ShardReader
+with ShardReader(sys.argv[1], batch_size=16, columns=["id"], num_epochs=None,
+                 order_options=OrderOptions(seed=int(sys.argv[3]), window_row_groups=1),
+                 read_options=ReadOptions(cache=CacheOptions(sys.argv[2], max_bytes=1 << 30))) as reader:
+    for batch in reader:
+        pass
+"""
+
+
+@pytest.mark.slow
+def test_readers_killed_at_random_moments_leave_a_cache_the_next_reader_uses(cached_output, proxy, tmp_path):
+    local, remote, manifest = cached_output
+    directory = str(tmp_path / "cache")
+    rng = np.random.default_rng(11)
+    for seed in range(6):
+        reader = subprocess.Popen([sys.executable, "-c", READ_FOREVER, proxy.located(remote), directory, str(seed)],
+                                  stderr=subprocess.PIPE)
+        try:
+            reader.wait(timeout=float(rng.uniform(0.5, 3.0)))  # opening, downloading or reading from the cache
+            pytest.fail(f"the reader ended by itself: {reader.stderr.read().decode()[-2000:]}")
+        except subprocess.TimeoutExpired:
+            reader.kill()
+            reader.wait()
+    served, stats = read_epochs(proxy.located(remote), epochs=1, cache=CacheOptions(directory, max_bytes=1 << 30))
+    assert same(served, read_epochs(local, epochs=1)[0])
+    assert stats["downloads"] + stats["verified"] == len(SHARD_ROWS) and stats["corrupt"] == 0
+    assert sorted(n for n in os.listdir(directory) if not n.endswith(".lock")) == sorted(
+        s["sha256"] + ".parquet" for s in manifest["shards"])
