@@ -33,8 +33,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from shardmill.native_ext import (CacheOptions, OrderOptions, ReadOptions, ShardReader,  # noqa: E402
-                                  load_manifest)
+from shardmill.native_ext import CacheOptions, OrderOptions, ReadOptions, ShardReader, load_manifest  # noqa: E402
 from tests.datagen.shards import write_output  # noqa: E402
 from tests.support.s3_server import S3Server  # noqa: E402
 
