@@ -187,12 +187,7 @@ TEST(ShardCache, AReaderServesTheSameRowsThroughTheCache) {
   ShardsOnDisk data({{100, 100}, {100}, {50, 50}}, 64);
   CacheDir dir;
   auto read = [&](bool cached) {
-    shardmill::ReaderOptions options;
-    options.shards = data.shards;
-    options.columns = {"id", "frame"};
-    options.batch_size = 32;
-    options.num_epochs = 2;
-    options.window_row_groups = 2;
+    shardmill::ReaderOptions options = shardmill::testing::OptionsFor(data);
     if (cached) {
       options.cache.directory = dir.path;
       options.cache.max_bytes = 1 << 30;
