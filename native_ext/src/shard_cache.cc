@@ -136,16 +136,24 @@ arrow::Status ShardCache::Start() {
 }
 
 void ShardCache::Stop() {
+  bool started;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (threads_.empty()) return;
-    stopping_ = true;
-    cancel_ = true;
+    started = !threads_.empty();
+    stopping_ = started;
+    cancel_ = started;
   }
-  changed_.notify_all();
-  for (auto& thread : threads_) thread.join();
-  threads_.clear();
-  cancel_ = false;
+  if (started) {
+    changed_.notify_all();
+    for (auto& thread : threads_) thread.join();
+    threads_.clear();
+    cancel_ = false;
+  }
+  // A stopped reader holds nothing: its copies may be evicted, and the directory unmounted. Held again
+  // (without hashing them again) by the next Acquire.
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (int64_t index : held_) ReleaseLocked(entries_[index]);
+  held_.clear();
 }
 
 std::string ShardCache::PathOf(int64_t index, const char* suffix) const {

@@ -63,6 +63,7 @@ class ShardCache {
   ShardCache& operator=(const ShardCache&) = delete;
 
   arrow::Status Start();
+  // Stops the fetch threads and releases every held copy (idempotent).
   void Stop();
 
   // The path to open shard `index` at: its verified cached copy (fetched now if it is not cached, or
