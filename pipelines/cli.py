@@ -81,6 +81,8 @@ def _add_count_parser(subparsers, common) -> argparse.ArgumentParser:
     )
     p.add_argument("--verify", action="store_true", help="same as --count-method decompress (checks CRCs)")
     p.add_argument("--lc0-version", type=int, help="require this record version (3..7)")
+    p.add_argument("--index-cache", help="index cache location, or none (default: config's lc0.index.cache, "
+                   "else ~/.cache/shardmill/index for a local run)")
     p.add_argument("--index-out", help="write the chunk index here as Parquet")
     p.add_argument("--errors-out", help="write the dead letters here as JSON lines")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")

@@ -147,7 +147,7 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
     check_stores_reachable([*config.input, output_dir])
     lifecycle.check_output_path(output_dir, list(config.input))
     kind = job_kind(config)
-    plan = kind.plan(config, inputs)
+    plan = kind.plan(config, inputs, is_local_run(options))
     claim = OutputClaim(output_dir, run_id or new_run_id())
     try:
         notes = claim.acquire(break_claim)
@@ -221,7 +221,7 @@ def dry_run(config: JobConfig, options: PipelineOptions, graph_depth: int = 2) -
     output_dir = config.output.path
     lifecycle.check_output_path(output_dir, list(config.input))
     check_overwrite(output_dir, lifecycle.read_committed(output_dir), config.output.overwrite)
-    plan = kind.plan(config, inputs)
+    plan = kind.plan(config, inputs, is_local_run(options))
     p = beam.Pipeline(runner=local_runner(options), options=options)  # never run: no runner is contacted
     build_graph(p, config, plan, RunPaths(output_dir, "dry-run", 1))
     graph = p.to_runner_api()  # pickles every DoFn, as a submission would

@@ -22,6 +22,19 @@ from tests.datagen.lc0 import write_dataset
 pytest_plugins = ["tests.support.native_testing"]  # the native_testing fixture
 
 
+@pytest.fixture(scope="session", autouse=True)
+def user_cache_dir(tmp_path_factory):
+    """The tests' own user cache directory (XDG_CACHE_HOME, also for the CLIs they start): a local run keeps
+    its index cache there by default, which must be neither the user's nor shared by parallel test workers."""
+    saved = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
+    yield os.environ["XDG_CACHE_HOME"]
+    if saved is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = saved
+
+
 @pytest.fixture(scope="session")
 def lc0_dataset(tmp_path_factory):
     """A small mixed dataset: 3 hourly tars (GNU and pax), loose games, every bad kind."""

@@ -79,8 +79,9 @@ class JobKind:
         local = [i for i in items if i not in remote]
         return (expand_inputs(local, self.input_suffixes) if local else []) + remote
 
-    def plan(self, config, inputs: list[str]):
-        """Launcher-side work before the pipeline: checks that can fail early, and what the workers need."""
+    def plan(self, config, inputs: list[str], local_run: bool = True):
+        """Launcher-side work before the pipeline: checks that can fail early, and what the workers need.
+        local_run: the pipeline runs on this machine (a default that names a local place may apply)."""
         return None
 
     def transform(self, config, plan, paths):

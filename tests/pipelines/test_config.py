@@ -59,6 +59,8 @@ def test_missing_config_file_is_a_clear_error(tmp_path):
         ('input: "x" lc0 { chunk_pool { hanse_sampling_gamma: -1 } }', "chunk_pool.hanse_sampling_gamma"),
         ('input: "x" lc0 { chunk_pool { hanse_sampling_gamma: inf } }', "chunk_pool.hanse_sampling_gamma"),
         ('input: "x" lc0 { chunk_pool { hanse_sampling_gamma: nan } }', "chunk_pool.hanse_sampling_gamma"),
+        ('input: "x" lc0 { index { cache_max_age_days: 0 } }', "index.cache_max_age_days"),
+        ('input: "x" lc0 { index { cache: "ftp://host/cache" } }', "index.cache"),
     ],
 )
 def test_invalid_values_are_rejected_naming_the_field(text, field):

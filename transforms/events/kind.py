@@ -72,7 +72,7 @@ class LabelsKind(JobKind):
                 raise ConfigError(f"label_sampling.partition_by: holds the ratio per group in modes EXACT and "
                                   f"TWO_PASS; mode {label_mode(labels)} holds it per file")
 
-    def plan(self, config, inputs):
+    def plan(self, config, inputs, local_run=True):
         from shardmill.transforms.events.job import LabelPlan, check_label_column, check_partition_by, input_files
         from shardmill.transforms.output.shard_count import ShardSizing, shard_count
 

@@ -21,6 +21,7 @@ from shardmill.transforms.common.filesystem import write_bytes_atomically, write
 from shardmill.transforms.common.progress import ProgressPrinter
 from shardmill.transforms.lc0.chunk_index import INDEX_SCHEMA
 from shardmill.transforms.lc0.gzip_chunks import DEFAULT_MAX_CHUNK_BYTES
+from shardmill.transforms.lc0.index_cache import IndexCache, prune_stats
 from shardmill.transforms.lc0.index_summary import IndexSummary, MergeIndexSummaries
 from shardmill.transforms.lc0.index_transforms import IndexChunkFiles
 from shardmill.transforms.lc0.kind import LC0_INPUT_SUFFIXES
@@ -50,15 +51,20 @@ class CountResult:
 
 
 def index_inputs(pipeline, patterns: list[str], count_method: str, expected_version: int,
-                 max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES, progress_dir: str | None = None):
-    """Stages 1-2 on a pipeline: a dict of "index" (tables), ERRORS and SOURCE_STATS of both stages."""
+                 max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES, progress_dir: str | None = None,
+                 cache: IndexCache | None = None):
+    """Stages 1-2 on a pipeline: a dict of "index" (tables), ERRORS and SOURCE_STATS of both stages. With an
+    index cache, unchanged sources come from it, and its entries unused for its max age are removed."""
     found = pipeline | "Discover" >> DiscoverFiles(patterns, LC0_INPUT_SUFFIXES)
     indexed = found["batches"] | "IndexChunks" >> IndexChunkFiles(count_method, expected_version, max_chunk_bytes,
-                                                                     progress_dir)
+                                                                     progress_dir, cache)
+    stats = [found[SOURCE_STATS], indexed[SOURCE_STATS]]
+    if cache is not None:
+        stats.append(pipeline | "IndexCache" >> beam.Create([cache]) | "PruneIndexCache" >> beam.Map(prune_stats))
     return {
         "index": indexed["index"],
         ERRORS: (found[ERRORS], indexed[ERRORS]) | "DiscoverAndIndexErrors" >> beam.Flatten(),
-        SOURCE_STATS: (found[SOURCE_STATS], indexed[SOURCE_STATS]) | "DiscoverAndIndexStats" >> beam.Flatten(),
+        SOURCE_STATS: tuple(stats) | "DiscoverAndIndexStats" >> beam.Flatten(),
     }
 
 
@@ -70,8 +76,10 @@ def run_count(
     index_out: str | None = None,
     errors_out: str | None = None,
     max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES,
+    cache: IndexCache | None = None,
 ) -> CountResult:
-    """Runs discover + index and writes the index (Parquet), dead letters (JSON lines) and summary."""
+    """Runs discover + index (through the index cache, if any) and writes the index (Parquet), dead letters
+    (JSON lines) and summary."""
     work_dir = tempfile.mkdtemp(prefix="shardmill-count-")
     index_path = index_out or f"{work_dir}/index.parquet"
     errors_path = errors_out or f"{work_dir}/errors.jsonl"
@@ -85,7 +93,7 @@ def run_count(
             progress.start()
             progress_running.callback(progress.stop)  # after the pipeline has run (it runs on leaving `with p`)
         with make_pipeline(options) as p:
-            outputs = index_inputs(p, patterns, count_method, expected_version, max_chunk_bytes, progress_dir)
+            outputs = index_inputs(p, patterns, count_method, expected_version, max_chunk_bytes, progress_dir, cache)
             tables, dead, stats = outputs["index"], outputs[ERRORS], outputs[SOURCE_STATS]
             _ = tables | "AllTables" >> beam.combiners.ToList() | "WriteIndex" >> beam.Map(write_index, index_path)
             _ = dead | "AllErrors" >> beam.combiners.ToList() | "WriteErrors" >> beam.Map(

@@ -19,6 +19,13 @@ HISTOGRAM_BIN_WIDTH = 25
 HISTOGRAM_BINS = 21
 
 
+def cache_notes(rejected: int, pruned: int) -> str:
+    """What else the index cache did, for a summary line."""
+    notes = [f"{rejected:,} unusable entries rebuilt"] if rejected else []
+    notes += [f"{pruned:,} old entries removed"] if pruned else []
+    return f" ({'; '.join(notes)})" if notes else ""
+
+
 @dataclasses.dataclass
 class IndexSummary:
     sources: int = 0
@@ -29,6 +36,10 @@ class IndexSummary:
     verified_chunks: int = 0
     skipped_members: int = 0
     skipped_files: dict[str, int] = dataclasses.field(default_factory=dict)  # discovery: kind -> files
+    index_cache: str = ""  # its location; "": no index cache
+    sources_cached: int = 0  # sources whose index came from the cache
+    cache_rejected: int = 0  # cache entries that could not be used (the source was indexed again)
+    cache_pruned: int = 0  # entries removed for age
     min_records: int | None = None
     max_records: int | None = None
     histogram: list[int] = dataclasses.field(default_factory=lambda: [0] * HISTOGRAM_BINS)
@@ -61,7 +72,9 @@ class IndexSummary:
     @classmethod
     def of_source_stats(cls, stats: dict) -> "IndexSummary":
         return cls(sources=stats.get("sources", 0), skipped_members=stats.get("skipped_members", 0),
-                   skipped_files={k: v for k, v in stats.get("skipped_files", {}).items() if v})
+                   skipped_files={k: v for k, v in stats.get("skipped_files", {}).items() if v},
+                   index_cache=stats.get("index_cache", ""), sources_cached=stats.get("sources_cached", 0),
+                   cache_rejected=stats.get("cache_rejected", 0), cache_pruned=stats.get("cache_pruned", 0))
 
     def __add__(self, other: "IndexSummary") -> "IndexSummary":
         def merged(a: dict, b: dict) -> dict:
@@ -81,6 +94,10 @@ class IndexSummary:
             verified_chunks=self.verified_chunks + other.verified_chunks,
             skipped_members=self.skipped_members + other.skipped_members,
             skipped_files=merged(self.skipped_files, other.skipped_files),
+            index_cache=self.index_cache or other.index_cache,
+            sources_cached=self.sources_cached + other.sources_cached,
+            cache_rejected=self.cache_rejected + other.cache_rejected,
+            cache_pruned=self.cache_pruned + other.cache_pruned,
             min_records=pick(min, self.min_records, other.min_records),
             max_records=pick(max, self.max_records, other.max_records),
             histogram=[a + b for a, b in zip(self.histogram, other.histogram)],
@@ -116,6 +133,9 @@ class IndexSummary:
             + (", ".join(f"{k} {v}" for k, v in self.errors.items()) if self.errors else ""),
             "versions " + ", ".join(f"V{k}: {v:,} chunks" for k, v in self.versions.items()),
         ]
+        if self.index_cache:
+            lines.insert(1, f"index cache {self.index_cache}: {self.sources_cached:,} of {self.sources:,} sources "
+                            f"read from it" + cache_notes(self.cache_rejected, self.cache_pruned))
         if self.chunks:
             lines.append(
                 f"records per chunk: min {self.min_records}, mean {mean:.1f}, max {self.max_records}"

@@ -19,6 +19,7 @@ from shardmill.transforms.common.progress import ProgressLog
 from shardmill.transforms.common.spill import write_spill
 from shardmill.transforms.job import JobOutputs
 from shardmill.transforms.lc0.count import index_inputs
+from shardmill.transforms.lc0.index_cache import IndexCache
 from shardmill.transforms.lc0.loading import load_task
 from shardmill.transforms.lc0.plan import (MAX_TASK_BYTES, WRITE_LESS, GlobalDecisions, decide, final_stats,
                                            merge_stats, plan_table, read_tasks, summarize_sources)
@@ -79,6 +80,7 @@ class Lc0Plan:
     max_chunk_bytes: int
     params: SamplingParams
     sizing: ShardSizing
+    index_cache: IndexCache | None = None
 
 
 class Lc0Job(beam.PTransform):
@@ -98,7 +100,7 @@ class Lc0Job(beam.PTransform):
         plan = self._plan
         params = plan.params
         indexed = index_inputs(pbegin, list(plan.inputs), plan.count_method, plan.expected_version,
-                               plan.max_chunk_bytes, self._paths.progress_dir)
+                               plan.max_chunk_bytes, self._paths.progress_dir, plan.index_cache)
         tables = indexed["index"]
         decisions = (
             tables

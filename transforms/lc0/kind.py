@@ -38,6 +38,17 @@ def sampling_params(config):
     )
 
 
+def index_cache(index_config, method: str, local_run: bool):
+    """The IndexCache of a validated IndexConfig for this way of indexing, or None (index_cache.py)."""
+    from shardmill.transforms.lc0.index_cache import IndexCache, cache_location
+
+    location = cache_location(index_config, local_run)
+    if location is None:
+        return None
+    return IndexCache(location, method, index_config.lc0_version, index_config.max_chunk_bytes,
+                      index_config.cache_max_age_days)
+
+
 class Lc0Kind(JobKind):
     name = "lc0"
     package = "shardmill.transforms.lc0"
@@ -52,6 +63,12 @@ class Lc0Kind(JobKind):
         index = config.lc0.index
         if not 1 << 20 <= index.max_chunk_bytes <= 1 << 32:
             raise ConfigError(f"lc0.index.max_chunk_bytes: must be in 1 MiB..4 GiB, got {index.max_chunk_bytes}")
+        if not 1 <= index.cache_max_age_days <= 3650:
+            raise ConfigError(f"lc0.index.cache_max_age_days: must be in 1..3650, got {index.cache_max_age_days}")
+        if index.cache and index.cache != "none" and "://" in index.cache and index.cache.split("://")[0] not in (
+                "gs", "s3", "file"):
+            raise ConfigError(f"lc0.index.cache: {index.cache!r} is neither a local directory nor a gs:// or s3:// "
+                              "prefix (\"none\": no cache)")
         if index.lc0_version and index.lc0_version not in (3, 4, 5, 6, 7):
             raise ConfigError(f"lc0.index.lc0_version: {index.lc0_version} is not an lc0 version (3..7, or 0 for any)")
         pool = config.lc0.chunk_pool
@@ -68,14 +85,15 @@ class Lc0Kind(JobKind):
             raise ConfigError(f"lc0.chunk_pool.position_count: must be in 1..1000000 when set, "
                               f"got {pool.position_count}")
 
-    def plan(self, config, inputs):
+    def plan(self, config, inputs, local_run=True):
         from shardmill.transforms.lc0.job import Lc0Plan
         from shardmill.transforms.output.shard_count import ShardSizing
 
         return Lc0Plan(inputs=tuple(inputs), count_method=count_method(config.lc0),
                        expected_version=config.lc0.index.lc0_version,
                        max_chunk_bytes=config.lc0.index.max_chunk_bytes, params=sampling_params(config),
-                       sizing=ShardSizing.of(config.output))
+                       sizing=ShardSizing.of(config.output),
+                       index_cache=index_cache(config.lc0.index, count_method(config.lc0), local_run))
 
     def transform(self, config, plan, paths):
         from shardmill.transforms.lc0.job import Lc0Job
@@ -91,15 +109,19 @@ class Lc0Kind(JobKind):
         return f"lc0 V{manifest['record_version']}"
 
     def count(self, config, args, options):
+        from shardmill.pipelines.runner import is_local_run
         from shardmill.transforms.lc0.count import run_count
 
         if args.lc0_version is not None:
             config.lc0.index.lc0_version = args.lc0_version
+        if args.index_cache is not None:
+            config.lc0.index.cache = args.index_cache
         self.validate(config)
         method = "decompress" if args.verify else args.count_method or count_method(config.lc0)
         patterns = self.inputs(config)
         result = run_count(patterns, method, config.lc0.index.lc0_version, options,
-                           args.index_out, args.errors_out, config.lc0.index.max_chunk_bytes)
+                           args.index_out, args.errors_out, config.lc0.index.max_chunk_bytes,
+                           index_cache(config.lc0.index, method, is_local_run(options)))
         if args.json:
             print(json.dumps({"summary": result.summary.to_dict(), "errors": result.dead_letters,
                               "seconds": result.seconds}, indent=1))

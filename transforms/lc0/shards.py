@@ -79,4 +79,12 @@ class Lc0ShardFormat(ShardFormat):
         acc = accounting(plan_stats, loads, dead_letters, shards)
         acc["sources_indexed"] = sum(p.get("sources", 0) for p in parts)
         acc["files_skipped"] = skipped_files(parts)
-        return {"accounting": acc, "sampling": plan_stats["sampling"]}
+        stats = {"accounting": acc, "sampling": plan_stats["sampling"]}
+        cache = next((p["index_cache"] for p in parts if "index_cache" in p), None)
+        if cache is not None:  # how this run went, as its timings: a rerun reads more from the cache, same output
+            stats["timings"] = {"index_cache": {
+                "location": cache,
+                "sources_read": sum(p.get("sources_cached", 0) for p in parts),
+                "rejected": sum(p.get("cache_rejected", 0) for p in parts),
+                "pruned": sum(p.get("cache_pruned", 0) for p in parts)}}
+        return stats

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 
 from shardmill.transforms.common.dead_letter import count_reasons
+from shardmill.transforms.lc0.index_summary import cache_notes
 
 
 def accounting(plan_stats: dict, load_stats: list[dict], dead_letters: list[dict], shards: list[dict]) -> dict:
@@ -53,6 +54,10 @@ def render_summary(manifest: dict) -> str:
             f"{k} {v}" for k, v in acc["errors_by_reason"].items())),
         f"accounting {'balances' if acc['balanced'] else 'DOES NOT BALANCE'}",
     ]
+    cache = timings.get("index_cache")
+    if cache is not None:
+        lines.insert(1, f"sources     {acc['sources_indexed']:>14,}   ({cache['sources_read']:,} read from the index "
+                        f"cache {cache['location']})" + cache_notes(cache["rejected"], cache["pruned"]))
     if "seconds" in timings:
         lines.append(f"time {timings['seconds']:.1f} s")
     return "\n".join(lines)

@@ -4,7 +4,9 @@ The manifest describes one committed generation of an output directory, the
 same fields for every job kind: format and shardmill version, job kind,
 record description, schema, seed, the full config, every shard (path, rows,
 row-group row counts, bytes, SHA-256), where the dead letters are, and the
-stats: accounting that balances, sampling statistics, timings.
+stats: accounting that balances, sampling statistics, and timings: how this
+run went (seconds; what came from a cache), the only part a rerun of the same
+config, seed and input may change.
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ class TokensKind(JobKind):
         if not (math.isfinite(tokens.hanse_sampling_gamma) and tokens.hanse_sampling_gamma >= 0):
             raise ConfigError("token_dataset.hanse_sampling_gamma: must be finite and >= 0")
 
-    def plan(self, config, inputs):
+    def plan(self, config, inputs, local_run=True):
         from shardmill.transforms.tokens.plan import plan_tokens
 
         return plan_tokens(config)

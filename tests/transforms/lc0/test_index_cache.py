@@ -1,0 +1,192 @@
+"""The index cache: entries round-trip and are checked before use; a rerun reads unchanged sources from it and
+writes the bytes of a run without it, whatever was added, changed or deleted; damaged entries are rebuilt;
+runs sharing a cache at once; old entries pruned."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from shardmill.transforms.lc0.chunk_index import index_source
+from shardmill.transforms.lc0.index_cache import ENTRY_SUFFIX, IndexCache, RejectedEntry, decode_entry, encode_entry
+from tests.datagen.lc0 import gzip_bytes, make_game_records
+from tests.pipelines.test_run_job import file_digests, job_config, run
+
+
+def sampled(cache: str) -> str:
+    return ("lc0 { chunk_pool { passes: 2 position_count: 4 hanse_sampling_threshold: 100 } "
+            f'index {{ cache: "{cache}" }} }}\noutput {{ num_shards: 2 }}')
+
+
+def entries(location):
+    return sorted(os.path.join(root, name) for root, _, names in os.walk(location) for name in names
+                  if name.endswith(ENTRY_SUFFIX))
+
+
+@pytest.fixture()
+def corpus(lc0_dataset, tmp_path):
+    """A copy of the mixed lc0 dataset this test may change."""
+    directory = str(tmp_path / "corpus")
+    shutil.copytree(lc0_dataset[0], directory)
+    return directory
+
+
+def cache_for(location, **kwargs):
+    return IndexCache(str(location), "scan", 0, 64 << 20, **kwargs)
+
+
+def test_an_entry_round_trips_the_index_of_its_source(corpus, tmp_path):
+    cache = cache_for(tmp_path / "cache")
+    for name in sorted(os.listdir(corpus)):
+        path = os.path.join(corpus, name)
+        index = index_source(path, os.path.getsize(path), "scan")
+        key = cache.key(path, cache.source_stamp(path, os.path.getsize(path)))
+        assert cache.lookup(key) is None
+        cache.store(key, index)
+        cached = cache.lookup(key)
+        assert cached.table.equals(index.table)
+        assert cached.dead_letters == index.dead_letters and cached.skipped_members == index.skipped_members
+
+
+def test_a_damaged_foreign_or_misplaced_entry_is_rejected_saying_why(corpus, tmp_path):
+    cache = cache_for(tmp_path / "cache")
+    tar, loose = sorted(os.path.join(corpus, n) for n in os.listdir(corpus) if n.endswith((".tar", "1.gz")))[:2]
+    keys = {p: cache.key(p, cache.source_stamp(p, os.path.getsize(p))) for p in (tar, loose)}
+    data = encode_entry(keys[tar], index_source(tar, os.path.getsize(tar), "scan"))
+    flipped = bytearray(data)
+    flipped[-40] ^= 1
+    cases = {
+        "rows are damaged": bytes(flipped),
+        "not an index cache entry": b"PAR1" + data[4:],
+        "no header": data[:len(data.split(b"\n")[0]) + 1] + b"{",
+        "another source": data,  # asked for under the other source's key
+    }
+    for why, bad in cases.items():
+        with pytest.raises(RejectedEntry, match=why):
+            decode_entry(bad, keys[loose] if why == "another source" else keys[tar])
+    # Rows of one source under a header claiming another: refused by the rows themselves.
+    header_end = data.index(b"\n", data.index(b"\n") + 1)
+    header = json.loads(data[data.index(b"\n") + 1:header_end])
+    header["key"] = keys[loose]
+    forged = data[:data.index(b"\n") + 1] + json.dumps(header, sort_keys=True).encode() + data[header_end:]
+    with pytest.raises(RejectedEntry, match="name another source"):
+        decode_entry(forged, keys[loose])
+
+
+def test_storing_a_changed_source_removes_its_old_entry_and_age_prunes_the_rest(corpus, tmp_path):
+    cache = cache_for(tmp_path / "cache", max_age_days=30)
+    paths = sorted(os.path.join(corpus, n) for n in os.listdir(corpus))
+    for path in paths:
+        cache.store(cache.key(path, cache.source_stamp(path, 0)), index_source(path, os.path.getsize(path), "scan"))
+    assert len(entries(tmp_path / "cache")) == len(paths)
+    changed = paths[-1]
+    with open(changed, "ab") as f:
+        f.write(b"\0")
+    cache.store(cache.key(changed, cache.source_stamp(changed, 0)),
+                index_source(changed, os.path.getsize(changed), "scan"))
+    assert len(entries(tmp_path / "cache")) == len(paths)  # the old entry went
+    old = entries(tmp_path / "cache")[:3]
+    for entry in old:
+        os.utime(entry, (time.time() - 31 * 86400,) * 2)
+    assert cache.prune() == 3
+    assert len(entries(tmp_path / "cache")) == len(paths) - 3
+
+
+def output_bytes(out):
+    """Every file's digest, the manifest's without its config (which names the cache) and timings."""
+    digests = file_digests(out)
+    with open(os.path.join(out, ".manifest.json")) as f:
+        manifest = json.load(f)
+    del manifest["config"], manifest["stats"]["timings"]
+    digests[".manifest.json"] = json.dumps(manifest, sort_keys=True)
+    return digests
+
+
+def index_cache_timings(out):
+    with open(os.path.join(out, ".manifest.json")) as f:
+        return json.load(f)["stats"]["timings"]["index_cache"]
+
+
+def cached_run(corpus, out, cache):
+    return run(job_config(corpus, sampled(cache)), out)
+
+
+@pytest.mark.slow
+def test_reruns_through_the_cache_write_the_bytes_of_runs_without_it(corpus, tmp_path):
+    cache = tmp_path / "cache"
+    cached_run(corpus, tmp_path / "first", cache)
+    sources = len(os.listdir(corpus))
+    assert index_cache_timings(tmp_path / "first")["sources_read"] == 0
+    cached_run(corpus, tmp_path / "again", cache)
+    assert index_cache_timings(tmp_path / "again") == {"location": str(cache), "sources_read": sources,
+                                                       "rejected": 0, "pruned": 0}
+    run(job_config(corpus, sampled("none")), tmp_path / "uncached")
+    assert output_bytes(tmp_path / "again") == output_bytes(tmp_path / "first") == output_bytes(
+        tmp_path / "uncached")
+
+    # The corpus grows, one game is rewritten, one archive goes: only what is new or changed is indexed.
+    names = sorted(os.listdir(corpus))
+    with open(os.path.join(corpus, "training.99999.gz"), "wb") as f:
+        f.write(gzip_bytes(make_game_records(99999, 40).tobytes()))
+    rewritten = next(n for n in names if n.startswith("training.") and n[9].isdigit())
+    with open(os.path.join(corpus, rewritten), "wb") as f:
+        f.write(gzip_bytes(make_game_records(4242, 30).tobytes()))
+    os.remove(os.path.join(corpus, next(n for n in names if n.endswith(".tar"))))
+    cached_run(corpus, tmp_path / "grown", cache)
+    assert index_cache_timings(tmp_path / "grown")["sources_read"] == sources - 2  # neither new nor rewritten
+    run(job_config(corpus, sampled("none")), tmp_path / "grown-uncached")
+    assert output_bytes(tmp_path / "grown") == output_bytes(tmp_path / "grown-uncached")
+    # One entry per source indexed, the rewritten game's old one gone (the deleted archive's ages out).
+    assert len(entries(cache)) == sources + 1
+
+
+@pytest.mark.slow
+def test_a_damaged_entry_is_ignored_with_a_warning_and_rebuilt(corpus, tmp_path, caplog):
+    cache = tmp_path / "cache"
+    cached_run(corpus, tmp_path / "first", cache)
+    damaged = entries(cache)[0]
+    data = bytearray(open(damaged, "rb").read())
+    data[-30] ^= 0xFF
+    open(damaged, "wb").write(bytes(data))
+    cached_run(corpus, tmp_path / "second", cache)
+    timings = index_cache_timings(tmp_path / "second")
+    assert timings["rejected"] == 1 and timings["sources_read"] == len(os.listdir(corpus)) - 1
+    assert any("SHA-256 differs" in r.getMessage() and damaged in r.getMessage() for r in caplog.records)
+    assert output_bytes(tmp_path / "second") == output_bytes(tmp_path / "first")
+    cached_run(corpus, tmp_path / "third", cache)
+    assert index_cache_timings(tmp_path / "third")["rejected"] == 0  # rewritten
+
+
+@pytest.mark.slow
+def test_runs_sharing_one_cache_at_once_agree_and_leave_it_whole(corpus, tmp_path):
+    cache = str(tmp_path / "cache")
+    count = [sys.executable, "-m", "shardmill.pipelines.cli", "count", corpus, "--index-cache", cache, "--json"]
+    runs = [subprocess.Popen(count, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    summaries = []
+    for process in runs:
+        out, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err
+        summary = json.loads(out)["summary"]
+        summaries.append({k: v for k, v in summary.items() if k not in ("sources_cached", "cache_pruned")})
+    assert summaries[0] == summaries[1] == summaries[2]
+    final = subprocess.run(count, capture_output=True, text=True, timeout=300, check=True)
+    summary = json.loads(final.stdout)["summary"]
+    assert summary["sources_cached"] == summary["sources"] and summary["cache_rejected"] == 0
+    assert len(entries(cache)) == summary["sources"]
+
+
+def test_the_count_cli_reads_what_run_indexed(corpus, tmp_path, capsys):
+    from shardmill.pipelines import cli
+
+    cache = str(tmp_path / "cache")
+    assert cli.main(["count", corpus, "--index-cache", cache]) == 0
+    assert f"index cache {cache}: 0 of" in capsys.readouterr().out
+    assert cli.main(["count", corpus, "--index-cache", cache]) == 0
+    sources = len(os.listdir(corpus))
+    assert f"index cache {cache}: {sources} of {sources} sources read from it" in capsys.readouterr().out
+    assert cli.main(["count", corpus, "--index-cache", "none"]) == 0
+    assert "index cache" not in capsys.readouterr().out

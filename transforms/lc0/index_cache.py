@@ -1,0 +1,258 @@
+"""The index cache: each source's index kept between runs, so a rerun over a growing corpus indexes only what
+is new or changed.
+
+An entry holds one source's SourceIndex (its chunk rows, dead letters and skipped members) under a key that
+proves the source unchanged and the indexing the same:
+
+- the source: its path and size, and on a local disk its mtime, ctime and inode (any rewrite changes the
+  ctime), on an object store its checksum (S3 ETag, GCS checksum), asked of the store once per source;
+- the indexing: count method, required record version, chunk size bound and this module's format.
+
+Layout: `<location>/v1/<hash of path, 2 chars>/<hash of path>/<hash of key>.entry`, each entry written
+atomically (temporary name, then rename), so concurrent runs sharing a cache at worst write the same
+entry twice. An entry is checked before it is used: a header naming its key (it must be the key asked
+for) and the SHA-256 of its rows, the rows' schema and sources; a damaged or foreign entry is ignored with a
+warning, and the source indexed again and its entry rewritten. Nothing in an entry is trusted unchecked.
+
+Growth is bounded by two rules: writing a source's entry removes that source's other entries (a changed
+source leaves one), and a run removes entries not used for `max_age_days` (a local entry's time is
+refreshed whenever a run uses it; an object store's entry expires that long after it was written and is
+rebuilt once), so vanished sources leave the cache within that time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import posixpath
+import time
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shardmill.transforms.common.dead_letter import DeadLetter
+from shardmill.transforms.common.filesystem import is_local, read_all, write_bytes_atomically
+from shardmill.transforms.lc0.chunk_index import INDEX_SCHEMA, SourceIndex
+
+FORMAT = "shardmill-index-cache-1"
+MAGIC = FORMAT.encode() + b"\n"
+MAX_HEADER_BYTES = 64 << 20
+ENTRY_SUFFIX = ".entry"
+DEFAULT_MAX_AGE_DAYS = 30
+
+
+def default_location() -> str:
+    """Where a local run keeps its index cache unless the config says: the user's cache directory."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "shardmill", "index")
+
+
+def cache_location(index_config, local_run: bool) -> str | None:
+    """The index cache of an lc0 IndexConfig (see its `cache` field): a location, or None for no cache."""
+    from shardmill.transforms.common.filesystem import normalize
+
+    if index_config.cache == "none":
+        return None
+    if index_config.cache:
+        return normalize(index_config.cache)
+    return default_location() if local_run else None
+
+
+def prune_stats(cache: "IndexCache") -> dict:
+    """Prunes the cache (IndexCache.prune) and says so as source stats: where the cache is, entries removed."""
+    return {"index_cache": cache.location, "cache_pruned": cache.prune()}
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class RejectedEntry(ValueError):
+    """An entry that cannot be used: what is wrong with it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexCache:
+    """One cache location (a local directory or an object-store prefix) for one way of indexing."""
+
+    location: str
+    method: str
+    expected_version: int
+    max_chunk_bytes: int
+    max_age_days: int = DEFAULT_MAX_AGE_DAYS
+
+    def source_stamp(self, path: str, size: int):
+        """What proves the source unchanged (see the module doc); None when it cannot be had (not cached)."""
+        try:
+            if is_local(path):
+                info = os.stat(path)
+                return [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino]
+            from apache_beam.io.filesystems import FileSystems
+
+            return [size, str(FileSystems.checksum(path))]
+        except Exception:  # noqa: BLE001 - a source the store won't describe is indexed, not cached
+            return None
+
+    def key(self, path: str, stamp) -> dict:
+        return {"format": FORMAT, "path": path, "stamp": stamp, "method": self.method,
+                "expected_version": self.expected_version, "max_chunk_bytes": self.max_chunk_bytes}
+
+    def entry_path(self, key: dict) -> str:
+        source = _digest(key["path"])
+        return posixpath.join(self.location, "v1", source[:2], source,
+                              _digest(json.dumps(key, sort_keys=True)) + ENTRY_SUFFIX)
+
+    def lookup(self, key: dict) -> SourceIndex | None:
+        """The source's cached index; None when it has no entry; RejectedEntry (naming the entry and what is
+        wrong with it) when its entry cannot be used."""
+        path = self.entry_path(key)
+        data = _read(path)
+        if data is None:
+            return None
+        try:
+            index = decode_entry(data, key)
+        except RejectedEntry as err:
+            raise RejectedEntry(f"{path}: {err}") from None
+        if is_local(path):
+            try:
+                os.utime(path)  # used: kept for another max_age_days
+            except OSError:
+                pass
+        return index
+
+    def store(self, key: dict, index: SourceIndex) -> None:
+        """Writes the source's entry, then removes the source's other entries (it changed)."""
+        path = self.entry_path(key)
+        write_bytes_atomically(path, encode_entry(key, index))
+        directory, name = posixpath.split(path)
+        for other in _list(directory):
+            base = other.rsplit("/", 1)[-1]
+            if base != name and base.endswith(ENTRY_SUFFIX) and not base.startswith("."):
+                _delete(other)
+
+    def prune(self, now: float | None = None) -> int:
+        """Removes entries not used (local) or written (object store) for max_age_days; how many."""
+        cutoff = (time.time() if now is None else now) - self.max_age_days * 86400
+        removed = 0
+        for entry, updated in _list_tree(posixpath.join(self.location, "v1")):
+            if updated < cutoff and entry.endswith(ENTRY_SUFFIX):
+                removed += _delete(entry)
+        return removed
+
+
+def encode_entry(key: dict, index: SourceIndex) -> bytes:
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, INDEX_SCHEMA) as writer:
+        writer.write_table(index.table.cast(INDEX_SCHEMA))
+    rows = sink.getvalue()
+    header = {"key": key, "rows_sha256": hashlib.sha256(rows).hexdigest(), "skipped_members": index.skipped_members,
+              "dead_letters": [d.to_dict() for d in index.dead_letters]}
+    return MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + rows
+
+
+def decode_entry(data: bytes, key: dict) -> SourceIndex:
+    """The SourceIndex an entry holds, checked against the key asked for; RejectedEntry saying why not."""
+    if not data.startswith(MAGIC):
+        raise RejectedEntry("not an index cache entry of this version")
+    end = data.find(b"\n", len(MAGIC), len(MAGIC) + MAX_HEADER_BYTES)
+    if end < 0:
+        raise RejectedEntry("no header")
+    try:
+        header = json.loads(data[len(MAGIC):end])
+    except (ValueError, RecursionError):
+        raise RejectedEntry("its header is not valid JSON") from None
+    if not isinstance(header, dict) or header.get("key") != key:
+        raise RejectedEntry("written for another source or another way of indexing")
+    rows = data[end + 1:]
+    if hashlib.sha256(rows).hexdigest() != header.get("rows_sha256"):
+        raise RejectedEntry("its rows are damaged (SHA-256 differs)")
+    try:
+        table = pa.ipc.open_stream(rows).read_all()
+    except (pa.ArrowException, OSError) as err:
+        raise RejectedEntry(f"its rows cannot be read ({err})") from None
+    if not table.schema.equals(INDEX_SCHEMA):
+        raise RejectedEntry("its rows have another schema")
+    path = key["path"]
+    if table.num_rows and not pc.all(pc.equal(table["source"], path)).as_py():
+        raise RejectedEntry("its rows name another source")
+    skipped = header.get("skipped_members")
+    dead = header.get("dead_letters")
+    if isinstance(skipped, bool) or not isinstance(skipped, int) or skipped < 0 or not isinstance(dead, list):
+        raise RejectedEntry("its header lacks the source's counts")
+    try:
+        dead_letters = [DeadLetter(**d) for d in dead]
+    except TypeError:
+        raise RejectedEntry("its dead letters are malformed") from None
+    if any(d.path != path for d in dead_letters):
+        raise RejectedEntry("its dead letters name another source")
+    return SourceIndex(table, dead_letters, skipped)
+
+
+def _read(path: str) -> bytes | None:
+    """The entry's bytes; None when there is none."""
+    if is_local(path):
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+    from apache_beam.io.filesystems import FileSystems
+
+    try:
+        return read_all(path)
+    except Exception:  # noqa: BLE001 - each store says "missing" its own way: ask it
+        if not FileSystems.exists(path):
+            return None
+        raise
+
+
+def _list(directory: str) -> list[str]:
+    if is_local(directory):
+        try:
+            return [os.path.join(directory, name) for name in os.listdir(directory)]
+        except OSError:
+            return []
+    from apache_beam.io.filesystems import FileSystems
+
+    try:
+        return [m.path for r in FileSystems.match([directory.rstrip("/") + "/*"]) for m in r.metadata_list]
+    except Exception:  # noqa: BLE001 - nothing listed
+        return []
+
+
+def _list_tree(top: str):
+    """(path, last update in seconds) of every file below top."""
+    if is_local(top):
+        for root, _, files in os.walk(top):
+            for name in files:
+                path = os.path.join(root, name)
+                try:
+                    yield path, os.stat(path).st_mtime
+                except OSError:
+                    continue
+        return
+    from apache_beam.io.filesystems import FileSystems
+
+    try:
+        matched = FileSystems.match([top.rstrip("/") + "/**"])
+    except Exception:  # noqa: BLE001 - nothing to prune
+        return
+    for result in matched:
+        for meta in result.metadata_list:
+            yield meta.path, meta.last_updated_in_seconds
+
+
+def _delete(path: str) -> int:
+    try:
+        if is_local(path):
+            os.remove(path)
+        else:
+            from apache_beam.io.filesystems import FileSystems
+
+            FileSystems.delete([path])
+        return 1
+    except Exception:  # noqa: BLE001 - another run removed it first
+        return 0
