@@ -8,7 +8,7 @@ proves the source unchanged and the indexing the same:
   ctime), on an object store its checksum (S3 ETag, GCS checksum), asked of the store once per source;
 - the indexing: count method, required record version, chunk size bound and this module's format.
 
-Layout: `<location>/v1/<hash of path, 2 chars>/<hash of path>/<hash of key>.entry`, each entry written
+Layout: `<location>/v1/<3 hex digits>/<hash of path>.<hash of key>.entry`, each entry written
 atomically (temporary name, then rename), so concurrent runs sharing a cache at worst write the same
 entry twice. An entry is checked before it is used: a header naming its key (it must be the key asked
 for) and the SHA-256 of its rows, the rows' schema and sources; a damaged or foreign entry is ignored with a
@@ -28,6 +28,7 @@ import io
 import json
 import os
 import posixpath
+import threading
 import time
 
 import pyarrow as pa
@@ -41,6 +42,7 @@ FORMAT = "shardmill-index-cache-1"
 MAGIC = FORMAT.encode() + b"\n"
 MAX_HEADER_BYTES = 64 << 20
 ENTRY_SUFFIX = ".entry"
+BUCKET_CHARS = 3  # 4,096 directories: a few entries each at 10^4 sources, a few hundred at 10^6
 DEFAULT_MAX_AGE_DAYS = 30
 
 
@@ -102,8 +104,8 @@ class IndexCache:
 
     def entry_path(self, key: dict) -> str:
         source = _digest(key["path"])
-        return posixpath.join(self.location, "v1", source[:2], source,
-                              _digest(json.dumps(key, sort_keys=True)) + ENTRY_SUFFIX)
+        return posixpath.join(self.location, "v1", source[:BUCKET_CHARS],
+                              f"{source}.{_digest(json.dumps(key, sort_keys=True))}{ENTRY_SUFFIX}")
 
     def lookup(self, key: dict) -> SourceIndex | None:
         """The source's cached index; None when it has no entry; RejectedEntry (naming the entry and what is
@@ -126,11 +128,12 @@ class IndexCache:
     def store(self, key: dict, index: SourceIndex) -> None:
         """Writes the source's entry, then removes the source's other entries (it changed)."""
         path = self.entry_path(key)
-        write_bytes_atomically(path, encode_entry(key, index))
+        _write(path, encode_entry(key, index))
         directory, name = posixpath.split(path)
+        source = name.split(".", 1)[0]
         for other in _list(directory):
             base = other.rsplit("/", 1)[-1]
-            if base != name and base.endswith(ENTRY_SUFFIX) and not base.startswith("."):
+            if base != name and base.startswith(source + ".") and base.endswith(ENTRY_SUFFIX):
                 _delete(other)
 
     def prune(self, now: float | None = None) -> int:
@@ -207,6 +210,20 @@ def _read(path: str) -> bytes | None:
         if not FileSystems.exists(path):
             return None
         raise
+
+
+def _write(path: str, data: bytes) -> None:
+    """Writes the entry atomically: on a local disk directly (a tenth of the time through Beam's FileSystems,
+    which a first run pays once per source)."""
+    if not is_local(path):
+        write_bytes_atomically(path, data)
+        return
+    directory, name = os.path.split(path)
+    os.makedirs(directory, exist_ok=True)
+    temp = os.path.join(directory, f".{name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    with open(temp, "wb") as f:
+        f.write(data)
+    os.replace(temp, path)
 
 
 def _list(directory: str) -> list[str]:

@@ -79,7 +79,8 @@ class _IndexFilesFn(beam.DoFn):
             for dead in result.dead_letters:
                 self._errors.inc()
                 yield beam.pvalue.TaggedOutput(ERRORS, dead.to_dict())
-        table = pa.concat_tables(tables) if tables else INDEX_SCHEMA.empty_table()
+        # One chunk per column: a table of 256 one-source chunks pickled 30x slower between stages.
+        table = pa.concat_tables(tables).combine_chunks() if tables else INDEX_SCHEMA.empty_table()
         self._sources.inc(len(files))
         self._chunks.inc(table.num_rows)
         self._records.inc(pc.sum(table["num_records"]).as_py() or 0)
