@@ -52,6 +52,15 @@ def parse_state(state: bytes) -> dict:
     return saved
 
 
+def state_generation(state: bytes) -> int | None:
+    """The output generation a state was taken on; None for a state that does not say (older states)."""
+    generation = parse_state(state).get("generation")
+    if generation is not None and (isinstance(generation, bool) or not isinstance(generation, int)
+                                   or not 0 <= generation <= 999_999):
+        raise ValueError(f"state field generation {generation!r} is outside 0..999999")
+    return generation
+
+
 def parse_total(saved: dict) -> int:
     total = saved.get("rows")
     if isinstance(total, bool) or not isinstance(total, int) or total < 0:

@@ -30,7 +30,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from shardmill.native_ext.remote import RemoteOptions, child_uri, filesystem_of
-from shardmill.transforms.output.contract import MANIFEST_NAME, MANIFEST_NAMES, READABLE_FORMAT_VERSIONS
+from shardmill.transforms.output.contract import (MANIFEST_NAME, MANIFEST_NAMES, READABLE_FORMAT_VERSIONS,
+                                                  generation_manifest_path)
 
 MAX_SHARDS = 1_000_000
 MAX_ROW_GROUPS_PER_SHARD = 1_000_000
@@ -123,8 +124,8 @@ def _integer(value, where: str, field: str, lo: int, hi: int) -> int:
     return value
 
 
-def _read_manifest(fs: pafs.FileSystem, base: str, shown: str) -> tuple[dict, str]:
-    for name in MANIFEST_NAMES:
+def _read_manifest(fs: pafs.FileSystem, base: str, shown: str, names=MANIFEST_NAMES) -> tuple[dict, str]:
+    for name in names:
         manifest_path = posixpath.join(base, name)
         try:
             info = fs.get_file_info(manifest_path)
@@ -145,6 +146,8 @@ def _read_manifest(fs: pafs.FileSystem, base: str, shown: str) -> tuple[dict, st
         if not isinstance(manifest, dict):
             raise _fail(manifest_path, f"must be a JSON object, got {type(manifest).__name__}")
         return manifest, manifest_path
+    if names != MANIFEST_NAMES:
+        raise OutputError(f"{shown}: its manifest {names[0]} is missing")
     raise OutputError(f"{shown!r} has no {MANIFEST_NAME}: not a finished shardmill output")
 
 
@@ -256,8 +259,16 @@ def _check_columns(path: str, schema: pa.Schema, columns: list[str], first_schem
                               "in the first shard")
 
 
+def newest_generation(path: str, remote: RemoteOptions = RemoteOptions()) -> int:
+    """The generation of the output a directory holds now (its manifest's `generation`; 0 before numbering)."""
+    fs, base, location = locate(path, remote)
+    manifest, manifest_path = _read_manifest(fs, base, os.fspath(path))
+    generation = manifest.get("generation", 0)
+    return _integer(generation, manifest_path, "generation", 0, 999_999)
+
+
 def open_dataset(path: str, verify_checksums: bool = False, columns=None,
-                 remote: RemoteOptions = RemoteOptions()) -> Dataset:
+                 remote: RemoteOptions = RemoteOptions(), generation: int | None = None) -> Dataset:
     """The checked dataset at path (see the module doc); OutputError naming the file and field.
 
     verify_checksums also reads every byte of every shard for its SHA-256.
@@ -266,10 +277,21 @@ def open_dataset(path: str, verify_checksums: bool = False, columns=None,
     DEFAULT_COLUMNS: the output's default_columns, checked the same way.
     None: no columns are checked.
     remote: bounds on the calls that reach a remote dataset.
+    generation: that generation of the output (the newest, or an older one the output keeps: its manifest in
+      `.gNNNNNN/manifest.json`); None: the newest.
     """
     first_schema, nullable = None, set()
     fs, base, location = locate(path, remote)
     manifest, manifest_path = _read_manifest(fs, base, os.fspath(path))
+    if generation is not None and manifest.get("generation", 0) != generation:
+        where = f"{os.fspath(path)!r} generation {generation}"
+        _integer(generation, where, "generation", 1, 999_999)
+        if generation not in manifest.get("retained_generations", []):
+            raise OutputError(f"{where} is no longer kept (the output holds generation "
+                              f"{manifest.get('generation', 0)}; output.keep_generations keeps older ones)")
+        manifest, manifest_path = _read_manifest(fs, base, where, (generation_manifest_path(generation),))
+        if manifest.get("generation") != generation:
+            raise _fail(manifest_path, f"generation {manifest.get('generation')!r}, expected {generation}")
     check_manifest(manifest, manifest_path)
     columns = columns if columns in (None, DEFAULT_COLUMNS) else list(columns)
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 from typing import Iterator, Sequence
 
@@ -40,11 +41,13 @@ import numpy as np
 from shardmill.native_ext._native import NativeError, NativeReader, ReaderOptions
 from shardmill.native_ext.arrow_columns import ARROW_FORMATS, ArrowColumns
 from shardmill.native_ext.checkpoint import (MAX_EPOCH, STATE_VERSION, ElasticEpoch, checked_ranges, elastic_states,
-                                             parse_state)
+                                             parse_state, state_generation)
 from shardmill.native_ext.converters import CONVERTERS, Converter
 from shardmill.native_ext.dataset import (DEFAULT_COLUMNS, OutputError, load_manifest,  # noqa: F401  (re-exported)
-                                          open_dataset)
+                                          newest_generation, open_dataset)
 from shardmill.native_ext.options import OrderOptions, ReadOptions, ShardOptions, check_type
+
+_LOG = logging.getLogger(__name__)
 
 
 class ShardReader:
@@ -89,6 +92,12 @@ class ShardReader:
         (object arrays, None for nulls) or "offsets" (strings, binary and
         lists as OffsetsValues: offsets, values, valid) for the columns the
         native core does not arrange (arrow_columns.py).
+      follow_generations: at each epoch boundary, serve the newest generation
+        the output has committed since (a job rerun into the same output): the
+        next epoch is that generation's, in its own order; an epoch already
+        begun ends on the generation it began on (keep it readable with the
+        job's output.keep_generations >= 2). state() names the generation,
+        so a resume continues on it exactly, then follows.
 
     Threads: a reader may be shared; next() and state() calls are serialised,
     so each caller gets whole, distinct batches. Columns are checked against
@@ -111,6 +120,7 @@ class ShardReader:
         state: bytes | None = None,
         start_epoch: int = 0,
         arrow_columns_as: str = "arrow",
+        follow_generations: bool = False,
     ):
         if isinstance(columns, str):
             raise TypeError("columns must be a sequence of column names, not a string")
@@ -119,34 +129,21 @@ class ShardReader:
         order = check_type("order_options", order_options, OrderOptions)
         shard = check_type("shard_options", shard_options, ShardOptions)
         read = check_type("read_options", read_options, ReadOptions)
-        dataset = open_dataset(path, read.verify_checksums,
-                               columns=DEFAULT_COLUMNS if columns is None else list(columns), remote=read.remote)
-        columns = dataset.columns
-        if converter is not None:
-            converter = check_type("converter", converter, CONVERTERS).bind(dataset.manifest)
-            missing = [c for c in converter.required_columns if c not in columns]
-            if missing:
-                raise ValueError(f"the converter reads column(s) {', '.join(missing)}: select them")
-        self._typed = dataset.typed
-        self._manifest = dataset.manifest
-        # The native core arranges fixed-width columns without nulls; the others come through Arrow for the rows
-        # of each native batch. A batch of Arrow-served columns only is ordered through a native carrier column.
-        self._native_columns = [c for c in columns if c in dataset.native]
-        self._carrier = None
-        if not self._native_columns:
-            if not dataset.native:
-                raise OutputError(f"{path}: no fixed-width column without nulls to order its rows by "
-                                  f"(columns: {', '.join(f['name'] for f in self._manifest.get('schema', []))})")
-            self._carrier = dataset.native[0]
-            self._native_columns = [self._carrier]
-        arrow = [c for c in columns if c not in dataset.native]
-        self._arrow = ArrowColumns(dataset.shard_paths, [s["row_groups"] for s in self._manifest["shards"]], arrow,
-                                   arrow_columns_as, 2 * order.window_row_groups, read.remote,
-                                   self._cached_path if read.cache is not None else None) if arrow else None
+        if not isinstance(follow_generations, bool):
+            raise TypeError(f"follow_generations must be True or False, got {follow_generations!r}")
+        self._path, self._read, self._order = path, read, order
+        self._arrow_format, self._converter_spec = arrow_columns_as, converter
+        self._follow = follow_generations
+        self._arrow = None
+        # A state names the generation it was taken on: resumed there (the newest, or one the output keeps).
+        generation = state_generation(state) if state is not None else None
+        dataset = open_dataset(path, read.verify_checksums, columns=DEFAULT_COLUMNS if columns is None else list(columns),
+                               remote=read.remote, generation=generation)
+        self._bind(dataset)
         self._settings = {
             "dataset": self._dataset_fingerprint(),
             "batch_size": int(batch_size),
-            "columns": list(columns),
+            "columns": list(dataset.columns),
             "shard_index": shard.shard_index,
             "shard_count": shard.shard_count,
             "num_epochs": 0 if num_epochs is None else int(num_epochs),
@@ -161,10 +158,6 @@ class ShardReader:
             raise ValueError("give either state or start_epoch: a state already says where to start")
         if num_epochs is not None and start_epoch >= num_epochs:
             raise ValueError(f"start_epoch {start_epoch} is not before num_epochs {num_epochs} (epochs count from 0)")
-        self._converter = converter
-        self._total_rows = sum(s["rows"] for s in self._manifest["shards"])
-        self._shard_paths = dataset.shard_paths
-        self._read = read
         start_position, ranges = 0, None
         if state is not None:
             start_epoch, start_position, ranges = self._resume_point(state)
@@ -181,6 +174,73 @@ class ShardReader:
         # One consumer at a time: concurrent next() calls are serialised, so threads sharing a
         # reader each get whole, distinct batches (no row twice, none lost).
         self._lock = threading.Lock()
+
+    def _bind(self, dataset) -> None:
+        """Takes a dataset's manifest, columns and shards: at construction, and when following a generation."""
+        columns = dataset.columns
+        converter = None
+        if self._converter_spec is not None:
+            converter = check_type("converter", self._converter_spec, CONVERTERS).bind(dataset.manifest)
+            missing = [c for c in converter.required_columns if c not in columns]
+            if missing:
+                raise ValueError(f"the converter reads column(s) {', '.join(missing)}: select them")
+        self._converter = converter
+        self._typed = dataset.typed
+        self._manifest = dataset.manifest
+        self._generation = int(dataset.manifest.get("generation", 0))
+        # The native core arranges fixed-width columns without nulls; the others come through Arrow for the rows
+        # of each native batch. A batch of Arrow-served columns only is ordered through a native carrier column.
+        self._native_columns = [c for c in columns if c in dataset.native]
+        self._carrier = None
+        if not self._native_columns:
+            if not dataset.native:
+                raise OutputError(f"{self._path}: no fixed-width column without nulls to order its rows by "
+                                  f"(columns: {', '.join(f['name'] for f in self._manifest.get('schema', []))})")
+            self._carrier = dataset.native[0]
+            self._native_columns = [self._carrier]
+        arrow = [c for c in columns if c not in dataset.native]
+        if self._arrow is not None:
+            self._arrow.close()
+        self._arrow = ArrowColumns(dataset.shard_paths, [s["row_groups"] for s in self._manifest["shards"]], arrow,
+                                   self._arrow_format, 2 * self._order.window_row_groups, self._read.remote,
+                                   self._cached_path if self._read.cache is not None else None) if arrow else None
+        self._total_rows = sum(s["rows"] for s in self._manifest["shards"])
+        self._shard_paths = dataset.shard_paths
+
+    def _follow_newest(self) -> None:
+        """Between two epochs: a newer committed generation of the output is served from the next epoch on."""
+        native = self._native
+        rows, position = native.rows_per_epoch, native.position
+        remainder_dropped = self._settings["drop_remainder"] and rows - position < self._settings["batch_size"]
+        if 0 < position < rows and not remainder_dropped:
+            return  # inside an epoch
+        try:
+            newest = newest_generation(self._path, self._read.remote)
+        except OutputError as err:
+            _LOG.warning("following %s: cannot read its manifest (%s); staying on generation %d", self._path, err,
+                         self._generation)
+            return
+        if newest == self._generation:
+            return
+        epoch = native.epoch + (1 if position > 0 else 0)
+        if self._settings["num_epochs"] and epoch >= self._settings["num_epochs"]:
+            return  # the stream ends here
+        dataset = open_dataset(self._path, self._read.verify_checksums, columns=self._settings["columns"],
+                               remote=self._read.remote, generation=newest)
+        native.stop()
+        self._bind(dataset)
+        self._settings["dataset"] = self._dataset_fingerprint()
+        try:
+            self._native = NativeReader(self._options(epoch, 0))
+            self._native.start()
+        except NativeError as err:
+            raise OutputError(str(err)) from None
+        _LOG.info("following %s: generation %d from epoch %d", self._path, self._generation, epoch)
+
+    @property
+    def generation(self) -> int:
+        """The generation of the output being served."""
+        return self._generation
 
     def _options(self, start_epoch: int, start_position: int, piece: tuple[int, int] | None = None) -> ReaderOptions:
         options = ReaderOptions()
@@ -241,8 +301,8 @@ class ShardReader:
                 extra = {"ranges": [list(r) for r in self._elastic.ranges]}
             else:
                 epoch, position, extra = self._native.epoch, self._native.position, {}
-        return json.dumps({"v": STATE_VERSION, **self._settings, "rows": self._total_rows, "epoch": epoch,
-                           "position": position, **extra}, separators=(",", ":")).encode()
+        return json.dumps({"v": STATE_VERSION, **self._settings, "rows": self._total_rows, "generation": self._generation,
+                           "epoch": epoch, "position": position, **extra}, separators=(",", ":")).encode()
 
     @property
     def rows_per_epoch(self) -> int:
@@ -274,6 +334,8 @@ class ShardReader:
             with self._lock:
                 batch = self._next_elastic() if self._elastic is not None else None
                 if batch is None:
+                    if self._follow:
+                        self._follow_newest()
                     batch = self._native.next_batch()
         except NativeError as err:
             raise OutputError(str(err)) from None

@@ -74,6 +74,8 @@ def validate(config: JobConfig) -> JobConfig:
         raise ConfigError(f"output.row_group_bytes: must be in 1..2^30, got {out.row_group_bytes}")
     if not 1 <= out.zstd_level <= 22:
         raise ConfigError(f"output.zstd_level: must be in 1..22, got {out.zstd_level}")
+    if not 1 <= out.keep_generations <= 100:
+        raise ConfigError(f"output.keep_generations: must be in 1..100, got {out.keep_generations}")
     fraction = config.max_error_fraction
     if not (math.isfinite(fraction) and 0 <= fraction <= 1):
         raise ConfigError(f"max_error_fraction: must be in [0, 1], got {fraction}")

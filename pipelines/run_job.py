@@ -192,7 +192,7 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
             report["summary"] = summary
         with signals_deferred(reraise=False):
             claim.check_held()
-            manifest = lifecycle.commit(paths, committed)
+            manifest = lifecycle.commit(paths, committed, config.output.keep_generations)
     except BaseException:
         if paths is not None:
             with signals_deferred():

@@ -37,6 +37,7 @@ FORMAT1_ERRORS_NAME = "errors.jsonl"
 # crash between writing a new-format manifest and deleting the old one still shows the new output.
 MANIFEST_NAMES = (MANIFEST_NAME, "_manifest.json", FORMAT1_MANIFEST_NAME)
 ERRORS_NAME = "errors.jsonl"  # inside the generation's metadata directory
+GENERATION_MANIFEST_NAME = "manifest.json"  # inside it too: the generation's manifest, kept while it is retained
 CLAIM_NAME = ".claim.json"
 FORMAT2_CLAIM_NAME = "_claim.json"  # honoured: an older shardmill may be writing the directory
 CLAIMS_DIR_NAME = ".claims"  # object stores: one claim object per run (see output_claim)
@@ -60,6 +61,11 @@ def shard_name(generation: int, shard: int, num_shards: int) -> str:
 def generation_dir_name(generation: int) -> str:
     """The directory of a generation's metadata files (errors, job-specific files)."""
     return f".g{generation:06d}"
+
+
+def generation_manifest_path(generation: int) -> str:
+    """Where a generation's own copy of its manifest is, relative to the output directory."""
+    return f"{generation_dir_name(generation)}/{GENERATION_MANIFEST_NAME}"
 
 
 def shardmill_version() -> str:

@@ -10,13 +10,17 @@ the claim) is:
   2. replace `.manifest.json` in one atomic write: the commit point (a local
      rename; on object stores a single object write, which is atomic);
   3. delete the previous generation's files (an older format's manifest
-     among them), the staging directory and any stale rejection report.
+     among them) unless `output.keep_generations` keeps it readable, those of
+     generations older than that, the staging directory and any stale
+     rejection report.
 
 A crash before 2 leaves the old manifest with all its files; after 2, the new
 one with all its files. Either way unreferenced files are left over, and the
 next run (holding the claim) deletes them, saying what it found. A reader
-that opened the old manifest before 3 loses its files at 3: readers of a
-directory that is being overwritten should reopen on failure.
+that opened the old manifest before 3 loses its files at 3 unless the
+generation is kept (keep_generations >= 2: each kept generation has its
+manifest in `.gNNNNNN/manifest.json`, listed by the newest manifest's
+`retained_generations`; a following reader finishes its epoch on it).
 
 Directory-listing tools (pandas, DuckDB) see new shards from step 1 until the
 old ones are deleted in 3 (milliseconds locally); the manifest-driven reader
@@ -40,7 +44,8 @@ from shardmill.transforms.output.contract import (CLAIM_NAME, CLAIMS_DIR_NAME, E
                                                   FORMAT1_MANIFEST_NAME, FORMAT2_CLAIM_NAME, FORMAT2_REJECTED_DIR_NAME,
                                                   FORMAT2_STAGING_PREFIX, GENERATION_DIR_RE, MANIFEST_NAME,
                                                   MANIFEST_NAMES, REJECTED_DIR_NAME, REPORT_MANIFEST_NAME,
-                                                  SHARD_NAME_RE, STAGING_PREFIX, generation_dir_name, shard_name)
+                                                  SHARD_NAME_RE, STAGING_PREFIX, generation_dir_name,
+                                                  generation_manifest_path, shard_name)
 
 _LOG = logging.getLogger(__name__)
 LEGACY_SPILL_DIR_NAME = ".shardmill-tmp"
@@ -118,24 +123,33 @@ class RunPaths:
         return f"{self.staging}/{self.shard_name(shard, num_shards)}"
 
 
+def _files_of(manifest: dict) -> set[str]:
+    """The shards and metadata directory of one generation (relative paths)."""
+    names = {s["path"] for s in manifest["shards"]}
+    errors = manifest.get("errors")
+    top = str(errors.get("path", "")).split("/", 1)[0] if isinstance(errors, dict) else ""
+    if GENERATION_DIR_RE.match(top):  # the metadata directory, `.gNNNNNN` or (format 2) `_gNNNNNN`
+        names.add(top)
+    return names
+
+
 @dataclasses.dataclass(frozen=True)
 class Committed:
-    """The output a directory holds now."""
+    """The output a directory holds now, and the older generations it keeps readable (newest first)."""
 
     manifest: dict
     manifest_name: str
     generation: int
+    retained: tuple[dict, ...] = ()
 
     @property
     def files(self) -> set[str]:
-        """Every path (relative to the directory) that belongs to this output."""
-        names = {self.manifest_name} | {s["path"] for s in self.manifest["shards"]}
+        """Every path (relative to the directory) that belongs to this output or a retained generation."""
+        names = {self.manifest_name} | _files_of(self.manifest)
         if self.manifest_name == FORMAT1_MANIFEST_NAME:
             names.add(FORMAT1_ERRORS_NAME)
-        errors = self.manifest.get("errors")
-        top = str(errors.get("path", "")).split("/", 1)[0] if isinstance(errors, dict) else ""
-        if GENERATION_DIR_RE.match(top):  # the metadata directory, `.gNNNNNN` or (format 2) `_gNNNNNN`
-            names.add(top)
+        for older in self.retained:
+            names |= _files_of(older)
         return names
 
 
@@ -157,8 +171,22 @@ def read_committed(output_dir: str) -> Committed | None:
             [s["path"] for s in manifest["shards"]]
         except (ValueError, KeyError, TypeError, AttributeError):
             manifest, generation = {"shards": []}, 0
-        return Committed(manifest, name, generation)
+        return Committed(manifest, name, generation, _retained(base, manifest))
     return None
+
+
+def _retained(base: str, manifest: dict) -> tuple[dict, ...]:
+    """The manifests of the older generations a manifest keeps (those whose copy can be read)."""
+    kept = []
+    generations = manifest.get("retained_generations", [])
+    for generation in generations if isinstance(generations, list) else []:
+        try:
+            older = json.loads(_read(f"{base}/{generation_manifest_path(int(generation))}"))
+            [s["path"] for s in older["shards"]]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue  # gone or damaged: its files are leftovers
+        kept.append(older)
+    return tuple(kept)
 
 
 def check_output_path(output_dir: str, inputs: list[str]) -> None:
@@ -291,25 +319,40 @@ class CommittedWithError(RuntimeError):
         self.generation = generation
 
 
-def commit(paths: RunPaths, previous: Committed | None) -> dict:
+def commit(paths: RunPaths, previous: Committed | None, keep_generations: int = 1) -> dict:
     """Makes the staged generation the directory's output; returns its manifest (see module doc).
 
+    keep_generations: the new generation and up to keep_generations - 1 before it stay readable (each with
+    its manifest in its metadata directory); the files of older ones are deleted.
     A failure before the manifest is replaced leaves the previous output; one after it (deleting the
     previous generation's files) is a CommittedWithError: the new output stands, a leftover goes with
     the next run.
     """
     base = paths.base
     manifest = read_prepared_manifest(paths)
+    older = [] if previous is None or previous.generation < 1 else [previous.manifest, *previous.retained]
+    retained = older[:keep_generations - 1]
+    manifest["retained_generations"] = [int(m["generation"]) for m in retained]
     staging = paths.staging[len(base) + 1:]
     marker = paths.marker[len(paths.staging) + 1:]
     staged = [rel for rel in _relative_tree(paths.staging)
               if rel not in (MANIFEST_NAME, marker) and not rel.startswith(("spill/", "progress/"))
               and not rel.endswith("/")]
     _move(base, [f"{staging}/{rel}" for rel in staged], staged)
-    write_bytes_atomically(f"{base}/{MANIFEST_NAME}", json.dumps(manifest, indent=1, sort_keys=True).encode())
+    text = json.dumps(manifest, indent=1, sort_keys=True).encode()
+    if GENERATION_DIR_RE.match(str(manifest.get("errors", {}).get("path", "")).split("/", 1)[0]):
+        write_bytes_atomically(f"{base}/{generation_manifest_path(paths.generation)}", text)
+    for kept in retained:  # generations committed before their copy was written get it now
+        copy = f"{base}/{generation_manifest_path(int(kept['generation']))}"
+        if not FileSystems.exists(copy):
+            write_bytes_atomically(copy, json.dumps(kept, indent=1, sort_keys=True).encode())
+    write_bytes_atomically(f"{base}/{MANIFEST_NAME}", text)
     try:
         if previous is not None:
-            _delete(base, sorted(previous.files - {MANIFEST_NAME} - {rel.split("/", 1)[0] for rel in staged}))
+            keep = {MANIFEST_NAME} | {rel.split("/", 1)[0] for rel in staged}
+            for kept in retained:
+                keep |= _files_of(kept)
+            _delete(base, sorted(previous.files - keep))
         _delete(base, [staging, REJECTED_DIR_NAME, FORMAT2_REJECTED_DIR_NAME])
     except Exception as err:
         raise CommittedWithError(base, paths.generation, err) from err

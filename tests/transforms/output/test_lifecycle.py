@@ -317,7 +317,7 @@ def staged_overwrite(lc0_dataset, tmp_path_factory):
     staged = {}
     real_commit = lifecycle.commit
 
-    def hold(paths, previous):
+    def hold(paths, previous, keep_generations=1):
         staged["paths"] = paths
         raise Crash()
 
