@@ -41,7 +41,7 @@ class _IndexFilesFn(beam.DoFn):
         """The source's index and where it came from: "cached", "indexed", or "rejected" (its cache entry was
         unusable: indexed again)."""
         cache = self._cache
-        stamp = cache.source_stamp(path, size) if cache else None
+        stamp = cache.source_stamp(path, size) if cache and cache.worth_caching(path) else None
         if stamp is None:
             return index_source(path, size, self._method, self._expected_version,
                                 max_chunk_bytes=self._max_chunk_bytes), "indexed"

@@ -13,7 +13,7 @@ import pytest
 
 from shardmill.transforms.lc0.chunk_index import index_source
 from shardmill.transforms.lc0.index_cache import ENTRY_SUFFIX, IndexCache, RejectedEntry, decode_entry, encode_entry
-from tests.datagen.lc0 import gzip_bytes, make_game_records
+from tests.datagen.lc0 import gzip_bytes, make_game_records, write_tar
 from tests.pipelines.test_run_job import file_digests, job_config, run
 
 
@@ -33,6 +33,15 @@ def corpus(lc0_dataset, tmp_path):
     directory = str(tmp_path / "corpus")
     shutil.copytree(lc0_dataset[0], directory)
     return directory
+
+
+def archives(corpus):
+    return sorted(n for n in os.listdir(corpus) if n.endswith(".tar"))
+
+
+def new_archive(path, seed, games=3):
+    write_tar(path, [(f"games/training.{seed}{i}.gz", gzip_bytes(make_game_records(seed * 100 + i, 20 + i).tobytes()))
+                     for i in range(games)])
 
 
 def cache_for(location, **kwargs):
@@ -120,29 +129,29 @@ def cached_run(corpus, out, cache):
 def test_reruns_through_the_cache_write_the_bytes_of_runs_without_it(corpus, tmp_path):
     cache = tmp_path / "cache"
     cached_run(corpus, tmp_path / "first", cache)
-    sources = len(os.listdir(corpus))
+    tars = len(archives(corpus))
     assert index_cache_timings(tmp_path / "first")["sources_read"] == 0
     cached_run(corpus, tmp_path / "again", cache)
-    assert index_cache_timings(tmp_path / "again") == {"location": str(cache), "sources_read": sources,
+    # Archives come from the cache; loose games are indexed (as cheap as reading an entry back).
+    assert index_cache_timings(tmp_path / "again") == {"location": str(cache), "sources_read": tars,
                                                        "rejected": 0, "pruned": 0}
     run(job_config(corpus, sampled("none")), tmp_path / "uncached")
     assert output_bytes(tmp_path / "again") == output_bytes(tmp_path / "first") == output_bytes(
         tmp_path / "uncached")
 
-    # The corpus grows, one game is rewritten, one archive goes: only what is new or changed is indexed.
-    names = sorted(os.listdir(corpus))
+    # The corpus grows by an archive, one archive is rewritten, one goes: only new or changed ones are indexed.
+    kept, rewritten, deleted = archives(corpus)
+    new_archive(os.path.join(corpus, "training-run1-20261102-0000.tar"), seed=5)
+    new_archive(os.path.join(corpus, rewritten), seed=6)
+    os.remove(os.path.join(corpus, deleted))
     with open(os.path.join(corpus, "training.99999.gz"), "wb") as f:
         f.write(gzip_bytes(make_game_records(99999, 40).tobytes()))
-    rewritten = next(n for n in names if n.startswith("training.") and n[9].isdigit())
-    with open(os.path.join(corpus, rewritten), "wb") as f:
-        f.write(gzip_bytes(make_game_records(4242, 30).tobytes()))
-    os.remove(os.path.join(corpus, next(n for n in names if n.endswith(".tar"))))
     cached_run(corpus, tmp_path / "grown", cache)
-    assert index_cache_timings(tmp_path / "grown")["sources_read"] == sources - 2  # neither new nor rewritten
+    assert index_cache_timings(tmp_path / "grown")["sources_read"] == 1  # the one archive neither new nor changed
     run(job_config(corpus, sampled("none")), tmp_path / "grown-uncached")
     assert output_bytes(tmp_path / "grown") == output_bytes(tmp_path / "grown-uncached")
-    # One entry per source indexed, the rewritten game's old one gone (the deleted archive's ages out).
-    assert len(entries(cache)) == sources + 1
+    # One entry per archive indexed, the rewritten one's old entry gone (the deleted archive's ages out).
+    assert len(entries(cache)) == tars + 1
 
 
 @pytest.mark.slow
@@ -155,7 +164,7 @@ def test_a_damaged_entry_is_ignored_with_a_warning_and_rebuilt(corpus, tmp_path,
     open(damaged, "wb").write(bytes(data))
     cached_run(corpus, tmp_path / "second", cache)
     timings = index_cache_timings(tmp_path / "second")
-    assert timings["rejected"] == 1 and timings["sources_read"] == len(os.listdir(corpus)) - 1
+    assert timings["rejected"] == 1 and timings["sources_read"] == len(archives(corpus)) - 1
     assert any("SHA-256 differs" in r.getMessage() and damaged in r.getMessage() for r in caplog.records)
     assert output_bytes(tmp_path / "second") == output_bytes(tmp_path / "first")
     cached_run(corpus, tmp_path / "third", cache)
@@ -176,8 +185,8 @@ def test_runs_sharing_one_cache_at_once_agree_and_leave_it_whole(corpus, tmp_pat
     assert summaries[0] == summaries[1] == summaries[2]
     final = subprocess.run(count, capture_output=True, text=True, timeout=300, check=True)
     summary = json.loads(final.stdout)["summary"]
-    assert summary["sources_cached"] == summary["sources"] and summary["cache_rejected"] == 0
-    assert len(entries(cache)) == summary["sources"]
+    assert summary["sources_cached"] == len(archives(corpus)) and summary["cache_rejected"] == 0
+    assert len(entries(cache)) == len(archives(corpus))
 
 
 def test_the_count_cli_reads_what_run_indexed(corpus, tmp_path, capsys):
@@ -188,6 +197,6 @@ def test_the_count_cli_reads_what_run_indexed(corpus, tmp_path, capsys):
     assert f"index cache {cache}: 0 of" in capsys.readouterr().out
     assert cli.main(["count", corpus, "--index-cache", cache]) == 0
     sources = len(os.listdir(corpus))
-    assert f"index cache {cache}: {sources} of {sources} sources read from it" in capsys.readouterr().out
+    assert f"index cache {cache}: {len(archives(corpus))} of {sources} sources read from it" in capsys.readouterr().out
     assert cli.main(["count", corpus, "--index-cache", "none"]) == 0
     assert "index cache" not in capsys.readouterr().out
