@@ -32,6 +32,7 @@ class _IndexFilesFn(beam.DoFn):
         self._expected_version = expected_version
         self._max_chunk_bytes = max_chunk_bytes
         self._cache = cache
+        self._store_failed = False
         self._chunks = Metrics.counter("shardmill.index", "chunks")
         self._records = Metrics.counter("shardmill.index", "records")
         self._errors = Metrics.counter("shardmill.index", "errors")
@@ -59,12 +60,15 @@ class _IndexFilesFn(beam.DoFn):
         result = index_source(path, size, self._method, self._expected_version, max_chunk_bytes=self._max_chunk_bytes)
         # Stored only when the source did not change while it was indexed, and read whole: a source that could
         # not be read may read next time.
-        if (all(d.reason != "unreadable" for d in result.dead_letters)
+        if (not self._store_failed and all(d.reason != "unreadable" for d in result.dead_letters)
                 and cache.source_stamp(path, size) == stamp):
             try:
                 cache.store(key, result)
             except Exception as err:  # noqa: BLE001 - nor one that cannot be written
-                _LOG.warning("index cache: cannot store the entry of %s (%s)", path, err)
+                if not self._store_failed:  # once: a full or read-only cache would say it for every source
+                    _LOG.warning("index cache: cannot store the entry of %s (%s); this step stores no more",
+                                 path, err)
+                self._store_failed = True
         return result, how
 
     def process(self, files):

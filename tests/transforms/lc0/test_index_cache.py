@@ -200,3 +200,14 @@ def test_the_count_cli_reads_what_run_indexed(corpus, tmp_path, capsys):
     assert f"index cache {cache}: {len(archives(corpus))} of {sources} sources read from it" in capsys.readouterr().out
     assert cli.main(["count", corpus, "--index-cache", "none"]) == 0
     assert "index cache" not in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_cache_that_cannot_be_written_costs_a_warning_not_the_run(corpus, tmp_path, caplog):
+    blocker = tmp_path / "a-file"
+    blocker.write_bytes(b"not a directory")
+    cached_run(corpus, tmp_path / "blocked", blocker / "cache")
+    run(job_config(corpus, sampled("none")), tmp_path / "uncached")
+    assert output_bytes(tmp_path / "blocked") == output_bytes(tmp_path / "uncached")
+    assert index_cache_timings(tmp_path / "blocked")["sources_read"] == 0
+    assert any("cannot store the entry" in r.getMessage() for r in caplog.records)
