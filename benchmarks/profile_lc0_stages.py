@@ -1,0 +1,141 @@
+"""Where the lc0 job's time goes, stage by stage, for the sampled and the all-positions workloads.
+
+    python benchmarks/profile_lc0_stages.py [--archives 32 --games 150 --rounds 2 --data-root DIR]
+
+A corpus like the held-out one (32 archives of 150 games: ~4,800 chunks, ~700k records); each workload is
+run by `run_job` in a fresh process on the in-process runner with one worker, so bundles run one after
+another and each stage's wall time is its own. Each stage's DoFn (or function) is wrapped with a timer that
+also drains its outputs, so the time of what consumes them is not counted in it:
+
+- discovery: listing and batching the files;
+- index: indexing the sources (index cache off: every source read);
+- plan: per-source summaries, global decisions, planning each index table, read tasks;
+- load (inflate): inflating the planned chunks and picking their records (`load_task`);
+- spill: writing the loaded records to spill files per shard;
+- write: reading the spills back and writing the Parquet shards;
+- other: the rest of the run's wall time (Python and Beam start-up, graph construction, Beam's own work
+  between stages, claim, commit).
+
+Prints one JSON object: seconds per stage and workload (median of the rounds) and each stage's share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, REPO)
+
+from tests.datagen.lc0 import write_dataset  # noqa: E402
+
+WORKLOADS = {
+    "sampled": "lc0 { index { cache: \"none\" } chunk_pool { passes: 4 position_count: 8 "
+               "hanse_sampling_threshold: 150 } }",
+    "all_positions": "lc0 { index { cache: \"none\" } }",
+}
+
+PROFILE_SCRIPT = r"""
+import builtins, json, sys, time
+start = time.perf_counter()
+sys.path.insert(0, sys.argv[1])
+from apache_beam.options.pipeline_options import PipelineOptions
+from shardmill.pipelines.config import parse_config, validate
+from shardmill.pipelines.run_job import run_job
+from shardmill.transforms.common import discovery
+from shardmill.transforms.lc0 import index_transforms, job
+from shardmill.transforms.output import sharded_output
+
+# Beam pickles the functions it is handed (a closure's dict would be a copy): the stages' seconds are kept
+# on a module every copy reaches by reference.
+builtins.shardmill_stage_seconds = spent = {}
+
+
+def add(stage, seconds):
+    builtins.shardmill_stage_seconds[stage] = builtins.shardmill_stage_seconds.get(stage, 0.0) + seconds
+
+def timed_method(cls, name, stage):
+    original = getattr(cls, name)
+    def wrapper(self, *args, **kwargs):
+        t = time.perf_counter()
+        out = original(self, *args, **kwargs)
+        out = list(out) if out is not None else None
+        add(stage, time.perf_counter() - t)
+        return out
+    setattr(cls, name, wrapper)
+
+def timed_function(module, name, stage, drain=False):
+    original = getattr(module, name)
+    def wrapper(*args, **kwargs):
+        t = time.perf_counter()
+        out = original(*args, **kwargs)
+        if drain:
+            out = list(out)
+        add(stage, time.perf_counter() - t)
+        return out
+    setattr(module, name, wrapper)
+
+timed_method(discovery._ListInputFn, "process", "discovery")
+timed_method(discovery._BatchFilesFn, "process", "discovery")
+timed_method(discovery._BatchFilesFn, "finish_bundle", "discovery")
+timed_method(index_transforms._IndexFilesFn, "process", "index")
+for name in ("summarize_sources", "decide", "plan_table"):
+    timed_function(job, name, "plan")
+timed_function(job, "read_tasks", "plan", drain=True)
+timed_function(job, "load_task", "load (inflate)")
+timed_function(job, "write_spill", "spill", drain=True)
+timed_method(sharded_output._WriteShardFn, "process", "write")
+
+data, out, extra = sys.argv[2], sys.argv[3], sys.argv[4]
+config = validate(parse_config(f'input: "{data}"\nmax_error_fraction: 1\noutput {{ overwrite: true }}\n{extra}'))
+run_job(config, [data], out, PipelineOptions(["--direct_num_workers=1"]))
+total = time.perf_counter() - start
+spent["other"] = total - sum(spent.values())
+spent["total"] = total
+print(json.dumps(spent))
+"""
+
+
+def profile(data: str, out: str, extra: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", PROFILE_SCRIPT, REPO, data, out, extra], capture_output=True,
+                          text=True)
+    if done.returncode:
+        raise RuntimeError(done.stderr[-3000:])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--archives", type=int, default=32)
+    parser.add_argument("--games", type=int, default=150)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--data-root", default=None)
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="profile_lc0_stages_")
+    data = os.path.join(args.data_root or work, f"corpus-{args.archives}x{args.games}")
+    try:
+        if not os.path.isdir(data):
+            write_dataset(data, args.archives, args.games, loose_games=0, bad=False, seed=3)
+        runs = {name: [] for name in WORKLOADS}
+        for _ in range(args.rounds):
+            for name, extra in WORKLOADS.items():
+                runs[name].append(profile(data, os.path.join(work, "out"), extra))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    report = {"archives": args.archives, "games": args.games, "rounds": args.rounds, "seconds": {}, "share": {}}
+    for name, results in runs.items():
+        stages = {stage: statistics.median(r.get(stage, 0.0) for r in results) for stage in results[0]}
+        report["seconds"][name] = {stage: round(value, 2) for stage, value in stages.items()}
+        report["share"][name] = {stage: round(value / stages["total"], 3) for stage, value in stages.items()
+                                 if stage != "total"}
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
