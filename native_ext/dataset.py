@@ -322,11 +322,9 @@ def open_dataset(path: str, verify_checksums: bool = False, columns=None,
     # On a remote store each shard costs round trips (its size, its footer): checked concurrently, or a
     # dataset of 10,000 shards takes minutes to open. Results and the first failure in manifest order.
     numbered = list(enumerate(manifest["shards"]))
-    if isinstance(fs, pafs.LocalFileSystem) or len(numbered) == 1:
-        checked = map(check_shard, numbered)
-    else:
-        pool = concurrent.futures.ThreadPoolExecutor(REMOTE_CHECK_THREADS)
-        checked = pool.map(check_shard, numbered)
+    remote_shards = not isinstance(fs, pafs.LocalFileSystem) and len(numbered) > 1
+    pool = concurrent.futures.ThreadPoolExecutor(REMOTE_CHECK_THREADS) if remote_shards else None
+    checked = pool.map(check_shard, numbered) if pool is not None else map(check_shard, numbered)
     shard_paths = []
     try:
         for on_fs, for_reader, schema, shard_nullable in checked:
@@ -337,7 +335,7 @@ def open_dataset(path: str, verify_checksums: bool = False, columns=None,
             first_schema = first_schema or schema
             shard_paths.append(for_reader)
     finally:
-        if not isinstance(checked, map):
+        if pool is not None:
             pool.shutdown(cancel_futures=True)
     # Event logs hold nulls as data; lc0 and token outputs never write one, so a null there is damage, which
     # the native core reports (naming shard and column) instead of serving it.

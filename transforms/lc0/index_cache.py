@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardmill.transforms.common.dead_letter import DeadLetter
-from shardmill.transforms.common.filesystem import is_local, read_all, write_bytes_atomically
+from shardmill.transforms.common.filesystem import is_local, normalize, read_all, write_bytes_atomically
 from shardmill.transforms.lc0.chunk_index import INDEX_SCHEMA, SourceIndex
 
 FORMAT = "shardmill-index-cache-1"
@@ -55,8 +55,6 @@ def default_location() -> str:
 
 def cache_location(index_config, local_run: bool) -> str | None:
     """The index cache of an lc0 IndexConfig (see its `cache` field): a location, or None for no cache."""
-    from shardmill.transforms.common.filesystem import normalize
-
     if index_config.cache == "none":
         return None
     if index_config.cache:

@@ -123,14 +123,18 @@ class RunPaths:
         return f"{self.staging}/{self.shard_name(shard, num_shards)}"
 
 
-def _files_of(manifest: dict) -> set[str]:
-    """The shards and metadata directory of one generation (relative paths)."""
-    names = {s["path"] for s in manifest["shards"]}
+def _metadata_dir(manifest: dict) -> str | None:
+    """A generation's metadata directory (`.gNNNNNN`, or in format 2 `_gNNNNNN`), from its errors' path; None
+    for format 1, which had none."""
     errors = manifest.get("errors")
     top = str(errors.get("path", "")).split("/", 1)[0] if isinstance(errors, dict) else ""
-    if GENERATION_DIR_RE.match(top):  # the metadata directory, `.gNNNNNN` or (format 2) `_gNNNNNN`
-        names.add(top)
-    return names
+    return top if GENERATION_DIR_RE.match(top) else None
+
+
+def _files_of(manifest: dict) -> set[str]:
+    """The shards and metadata directory of one generation (relative paths)."""
+    metadata = _metadata_dir(manifest)
+    return {s["path"] for s in manifest["shards"]} | ({metadata} if metadata else set())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -340,7 +344,7 @@ def commit(paths: RunPaths, previous: Committed | None, keep_generations: int = 
               and not rel.endswith("/")]
     _move(base, [f"{staging}/{rel}" for rel in staged], staged)
     text = json.dumps(manifest, indent=1, sort_keys=True).encode()
-    if GENERATION_DIR_RE.match(str(manifest.get("errors", {}).get("path", "")).split("/", 1)[0]):
+    if _metadata_dir(manifest):
         write_bytes_atomically(f"{base}/{generation_manifest_path(paths.generation)}", text)
     for kept in retained:  # generations committed before their copy was written get it now
         copy = f"{base}/{generation_manifest_path(int(kept['generation']))}"
