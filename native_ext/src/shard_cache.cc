@@ -165,6 +165,14 @@ CacheStats ShardCache::stats() const {
   return stats_;
 }
 
+void ShardCache::HoldLocked(int64_t index, int pin, const Identity& identity) {
+  Entry& entry = entries_[index];
+  entry.state = State::kReady;
+  entry.pin = pin;
+  entry.identity = identity;
+  held_.insert(index);
+}
+
 void ShardCache::ReleaseLocked(Entry& entry) {
   if (entry.pin >= 0) close(entry.pin);
   entry.pin = -1;
@@ -218,10 +226,7 @@ void ShardCache::FetchLoop() {
     std::lock_guard<std::mutex> lock(mutex_);
     Entry& entry = entries_[index];
     if (outcome.ok() && *outcome == Outcome::kPinned) {
-      entry.state = State::kReady;
-      entry.pin = pin;
-      entry.identity = identity;
-      held_.insert(index);
+      HoldLocked(index, pin, identity);
     } else {
       // No room, an unwritable directory, or the store failed: the reader's own Acquire fetches it
       // (and reports what fails then); nothing more ahead until the plan moves.
@@ -266,10 +271,7 @@ arrow::Result<std::string> ShardCache::Acquire(int64_t index) {
       ++stats_.uncached;
       return shards_[index].path;
     }
-    done.state = State::kReady;
-    done.pin = pin;
-    done.identity = identity;
-    held_.insert(index);
+    HoldLocked(index, pin, identity);
   }
 }
 

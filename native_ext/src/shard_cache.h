@@ -110,6 +110,8 @@ class ShardCache {
   // The next planned shard to fetch ahead, or -1.
   int64_t NextAheadLocked() const;
   void FetchLoop();
+  // Shard `index` is cached and held through `pin` (a descriptor with a shared flock).
+  void HoldLocked(int64_t index, int pin, const Identity& identity);
   void ReleaseLocked(Entry& entry);
 
   const CacheOptions options_;
