@@ -143,7 +143,8 @@ def test_the_cache_stays_within_its_bound_evicting_the_least_recently_used(tmp_p
     served, stats = read_epochs(local, epochs=2, cache=cache, window_row_groups=1, prefetch_windows=0)
     assert same(served, read_epochs(local, epochs=2, window_row_groups=1, prefetch_windows=0)[0])
     # Every shard fetched in each epoch but the (at most three) kept across the epoch boundary.
-    assert stats["evicted"] >= 12 - 3 and 2 * 12 - 3 <= stats["downloads"] < 2 * 12 and stats["uncached"] == 0
+    # A copy kept over the epoch boundary may or may not be evicted before it is read again: timing decides.
+    assert stats["evicted"] >= 12 - 3 and 2 * 12 - 3 <= stats["downloads"] <= 2 * 12 and stats["uncached"] == 0
     on_disk = sum(os.path.getsize(tmp_path / "cache" / n) for n in os.listdir(tmp_path / "cache")
                   if n.endswith(".parquet"))
     assert on_disk <= bound
