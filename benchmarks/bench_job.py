@@ -1,7 +1,7 @@
 """`shardmill run` vs the single-core script, side by side on the same generated data.
 
-For each input size (1× and 4×) and each of 2 interleaved rounds it runs, as
-separate processes: the hand-written single-core baseline
+For each workload, each input size (1× and 4×) and each of 2 interleaved
+rounds it runs, as separate processes: the hand-written single-core baseline
 (benchmarks/single_core_baseline.py), `shardmill run` on the in-process
 runner, and `shardmill run` with 2 worker processes. It reports wall time,
 input records/s, peak memory of the whole process tree (sampled from /proc),
@@ -9,6 +9,11 @@ the throughput ratio of each shardmill mode to the baseline, and how time
 and memory grow from 1× to 4×. Prints one JSON object.
 
     python benchmarks/bench_job.py [--archives 8 --games 150 --rounds 2 --scales 1,4,16 --data-root DIR]
+    python benchmarks/bench_job.py --archives 32 --scales 1 --rounds 3 --workloads sampled,all_positions
+
+Workloads: `shards` (2 passes, threshold 150, 16 positions per use, 64 MiB
+shards; the default), `sampled` (4 passes, threshold 150, 8 positions) and
+`all_positions` (every record once, no chunk sampling).
 """
 
 from __future__ import annotations
@@ -30,8 +35,13 @@ sys.path.insert(0, REPO)
 from tests.datagen.lc0 import write_dataset  # noqa: E402
 
 # Shards of a fixed target size, so their number grows with the input and a
-# shard writer's memory should not.
-SAMPLING = dict(passes=2, threshold=150, gamma=1.0, position_count=16, target_shard_bytes=64 << 20)
+# shard writer's memory should not. passes=None: every record once.
+WORKLOADS = {
+    "shards": dict(passes=2, threshold=150, gamma=1.0, position_count=16, target_shard_bytes=64 << 20),
+    "sampled": dict(passes=4, threshold=150, gamma=1.0, position_count=8, target_shard_bytes=64 << 20),
+    "all_positions": dict(passes=None, target_shard_bytes=64 << 20),
+}
+MODES = ("single_core_script", "shardmill_in_process", "shardmill_2_workers")
 
 
 def tree_rss_bytes(pid: int) -> int:
@@ -84,23 +94,29 @@ def records_in(data_dir: str) -> int:
                for n in sorted(os.listdir(data_dir)))
 
 
-def commands(data_dir: str, out_dir: str) -> dict[str, list[str]]:
+def commands(data_dir: str, out_dir: str, workload: dict) -> dict[str, list[str]]:
+    """Each mode's command line for one workload (the index cache off: every run reads every source)."""
     config = os.path.join(out_dir, "job.textproto")
+    script = [sys.executable, os.path.join(REPO, "benchmarks", "single_core_baseline.py"),
+              data_dir, os.path.join(out_dir, "baseline"), "--target-shard-bytes", str(workload["target_shard_bytes"])]
+    if workload["passes"] is None:
+        pool = ""
+        script.append("--all-positions")
+    else:
+        pool = (f'chunk_pool {{ passes: {workload["passes"]} position_count: {workload["position_count"]} '
+                f'hanse_sampling_threshold: {workload["threshold"]} hanse_sampling_gamma: {workload["gamma"]} }}')
+        script += ["--passes", str(workload["passes"]), "--threshold", str(workload["threshold"]),
+                   "--gamma", str(workload["gamma"]), "--position-count", str(workload["position_count"])]
     with open(config, "w") as f:
         f.write(
             f'input: "{data_dir}"\n'
-            f'lc0 {{ chunk_pool {{ passes: {SAMPLING["passes"]} position_count: {SAMPLING["position_count"]} '
-            f'hanse_sampling_threshold: {SAMPLING["threshold"]} hanse_sampling_gamma: {SAMPLING["gamma"]} }} }}\n'
-            f'output {{ target_shard_bytes: {SAMPLING["target_shard_bytes"]} overwrite: true }}\n'
+            f'lc0 {{ index {{ cache: "none" }} {pool} }}\n'
+            f'output {{ target_shard_bytes: {workload["target_shard_bytes"]} overwrite: true }}\n'
             f'max_error_fraction: 1\n'
         )
     shardmill = [sys.executable, "-m", "shardmill.pipelines.cli", "run", "--config", config]
     return {
-        "single_core_script": [sys.executable, os.path.join(REPO, "benchmarks", "single_core_baseline.py"),
-                               data_dir, os.path.join(out_dir, "baseline"),
-                               "--passes", str(SAMPLING["passes"]), "--threshold", str(SAMPLING["threshold"]),
-                               "--position-count", str(SAMPLING["position_count"]),
-                               "--target-shard-bytes", str(SAMPLING["target_shard_bytes"])],
+        "single_core_script": script,
         "shardmill_in_process": shardmill + ["--output", os.path.join(out_dir, "inproc")],
         "shardmill_2_workers": shardmill + ["--output", os.path.join(out_dir, "mp"),
                                             "--direct_running_mode=multi_processing", "--direct_num_workers=2"],
@@ -114,50 +130,64 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--scales", default="1,4", help="input sizes as multiples of --archives")
     parser.add_argument("--data-root", help="keep generated data here and reuse it across runs")
+    parser.add_argument("--workloads", default="shards", help=f"comma-separated, of {', '.join(WORKLOADS)}")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
     args = parser.parse_args()
     scales = [int(x) for x in args.scales.split(",")]
+    modes = args.modes.split(",")
+    if "single_core_script" not in modes:
+        parser.error("--modes must include single_core_script (the baseline of every ratio)")
     work = tempfile.mkdtemp(prefix="bench-job-")
-    report = {"sampling": SAMPLING, "sizes": {}}
+    report = {}
     try:
-        for scale in scales:
-            data_dir = os.path.join(args.data_root or work, f"data{scale}")
-            if not os.path.isdir(data_dir):
-                write_dataset(data_dir, args.archives * scale, args.games, loose_games=0, bad=False, seed=scale)
-            records = records_in(data_dir)
-            cmds = commands(data_dir, work)
-            times = {k: [] for k in cmds}
-            peaks = {k: 0 for k in cmds}
-            for _ in range(args.rounds):
-                for name, command in cmds.items():
-                    seconds, peak = measure(command)
-                    times[name].append(seconds)
-                    peaks[name] = max(peaks[name], peak)
-            base = statistics.median(times["single_core_script"])
-            report["sizes"][f"{scale}x"] = {
-                "records_in": records,
-                "archive_mb": round(sum(os.path.getsize(os.path.join(data_dir, n))
-                                        for n in os.listdir(data_dir)) / 1e6, 1),
-                "variants": {
-                    name: {"seconds": round(statistics.median(ts), 2),
-                           "records_in_per_s": round(records / statistics.median(ts)),
-                           "peak_rss_mb": round(peaks[name] / 1e6),
-                           "throughput_vs_single_core_script": round(base / statistics.median(ts), 2)}
-                    for name, ts in times.items()
-                },
-            }
-            if not args.data_root:
-                shutil.rmtree(data_dir)
-        first = report["sizes"][f"{scales[0]}x"]["variants"]
-        for scale in scales[1:]:
-            other = report["sizes"][f"{scale}x"]["variants"]
-            report[f"growth_{scales[0]}x_to_{scale}x"] = {
-                name: {"time": round(other[name]["seconds"] / first[name]["seconds"], 2),
-                       "peak_rss": round(other[name]["peak_rss_mb"] / first[name]["peak_rss_mb"], 2)}
-                for name in first
-            }
+        for name in args.workloads.split(","):
+            report[name] = run_workload(WORKLOADS[name], modes, scales, args, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps(report, indent=1))
+    print(json.dumps(report if len(report) > 1 else next(iter(report.values())), indent=1))
+
+
+def run_workload(workload: dict, modes: list[str], scales: list[int], args, work: str) -> dict:
+    """The modes' paired rounds at each scale, with ratios to the script and growth between scales."""
+    report = {"workload": workload, "sizes": {}}
+    for scale in scales:
+        data_dir = os.path.join(args.data_root or work, f"data{scale}")
+        if not os.path.isdir(data_dir):
+            write_dataset(data_dir, args.archives * scale, args.games, loose_games=0, bad=False, seed=scale)
+        records = records_in(data_dir)
+        cmds = {mode: command for mode, command in commands(data_dir, work, workload).items() if mode in modes}
+        times = {k: [] for k in cmds}
+        peaks = {k: 0 for k in cmds}
+        for _ in range(args.rounds):
+            for name, command in cmds.items():
+                seconds, peak = measure(command)
+                times[name].append(seconds)
+                peaks[name] = max(peaks[name], peak)
+        base = statistics.median(times["single_core_script"])
+        report["sizes"][f"{scale}x"] = {
+            "records_in": records,
+            "archive_mb": round(sum(os.path.getsize(os.path.join(data_dir, n))
+                                    for n in os.listdir(data_dir)) / 1e6, 1),
+            "variants": {
+                name: {"seconds": round(statistics.median(ts), 2),
+                       "rounds": [round(t, 2) for t in ts],
+                       "records_in_per_s": round(records / statistics.median(ts)),
+                       "peak_rss_mb": round(peaks[name] / 1e6),
+                       "throughput_vs_single_core_script": round(base / statistics.median(ts), 2)}
+                for name, ts in times.items()
+            },
+        }
+        if not args.data_root:
+            shutil.rmtree(data_dir)
+    first = report["sizes"][f"{scales[0]}x"]["variants"]
+    for scale in scales[1:]:
+        other = report["sizes"][f"{scale}x"]["variants"]
+        report[f"growth_{scales[0]}x_to_{scale}x"] = {
+            name: {"time": round(other[name]["seconds"] / first[name]["seconds"], 2),
+                   "peak_rss": round(other[name]["peak_rss_mb"] / first[name]["peak_rss_mb"], 2)}
+            for name in first
+        }
+    return report
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ position_count records per use, a global shuffle into shards, zstd Parquet).
 
     python benchmarks/single_core_baseline.py DATA_DIR OUT_DIR --passes 2 --threshold 150 \
         --gamma 1 --position-count 16 --target-shard-bytes 67108864
+    python benchmarks/single_core_baseline.py DATA_DIR OUT_DIR --all-positions   # every record once
 """
 
 import argparse
@@ -30,6 +31,7 @@ def main():
     parser.add_argument("--position-count", type=int, default=16)
     parser.add_argument("--target-shard-bytes", type=int, default=64 << 20)
     parser.add_argument("--row-group-rows", type=int, default=501)
+    parser.add_argument("--all-positions", action="store_true", help="every record once, no chunk sampling")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     frames, sources, chunks, uses_col, positions = [], [], [], [], []
@@ -40,7 +42,7 @@ def main():
                 # Decide from the trailer, read only accepted chunks' payload.
                 n = int.from_bytes(data[-4:], "little") // RECORD
                 p = min(1.0, n / args.threshold) ** args.gamma
-                k = int((rng.random(args.passes) < p).sum())
+                k = 1 if args.all_positions else int((rng.random(args.passes) < p).sum())
                 if not k:
                     continue
                 payload = gzip.decompress(data)  # all members
@@ -48,12 +50,16 @@ def main():
                     continue  # only V6 records, like shardmill's window
                 records = np.frombuffer(payload, np.uint8).reshape(-1, RECORD)
                 n = len(records)
-                order = np.concatenate([rng.permutation(n) for _ in range(-(-k * args.position_count // n))])
-                pos = order[: k * args.position_count]
+                if args.all_positions:
+                    pos = np.arange(n)  # the global permutation below shuffles them
+                else:
+                    order = np.concatenate([rng.permutation(n) for _ in range(-(-k * args.position_count // n))])
+                    pos = order[: k * args.position_count]
                 frames.append(records[pos])
                 sources.append(np.full(len(pos), len(sources)))
                 chunks.append(np.full(len(pos), index, np.int32))
-                uses_col.append(np.repeat(np.arange(k, dtype=np.int32), args.position_count))
+                uses_col.append(np.zeros(len(pos), np.int32) if args.all_positions
+                                else np.repeat(np.arange(k, dtype=np.int32), args.position_count))
                 positions.append(pos.astype(np.int32))
     frame = np.concatenate(frames)
     num_shards = max(1, -(-frame.nbytes // args.target_shard_bytes))
