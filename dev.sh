@@ -16,6 +16,7 @@ PY="$VENV/bin/python"
 install() {  # $1: the extras, then extra pip arguments (of the build). Builds a wheel of this checkout into
   # build/wheels/<venv>/ (WHEEL), then installs it with the extras.
   local extras="$1"; shift
+  need_debian_package libdeflate.h libdeflate-dev  # the lc0 chunks' inflater, linked by the extension
   [ -x "$PY" ] || python3 -m venv "$VENV"
   echo "installing shardmill[$extras] into $VENV (builds the native extension; about a minute)..." >&2
   local wheels="build/wheels/$(basename "$VENV")"
@@ -26,20 +27,21 @@ install() {  # $1: the extras, then extra pip arguments (of the build). Builds a
   "$PY" -m pip install --quiet --disable-pip-version-check "$WHEEL[$extras]"
 }
 
-need_googletest() {  # the C++ unit tests' framework: Debian's libgtest-dev (a fresh machine has apt as root)
-  [ -f /usr/include/gtest/gtest.h ] || [ -f /usr/local/include/gtest/gtest.h ] && return 0
-  echo "installing GoogleTest (libgtest-dev) for the C++ unit tests..." >&2
+need_debian_package() {  # $1: a header the package installs, $2: the package (a fresh machine has apt as root)
+  [ -f "/usr/include/$1" ] || [ -f "/usr/local/include/$1" ] && return 0
+  echo "installing $2..." >&2
   local sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"
-  { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq libgtest-dev; } \
+  mkdir -p build
+  { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$2"; } \
     > build/apt.log 2>&1 \
-    || { cat build/apt.log >&2; echo "could not install libgtest-dev: install GoogleTest, then rerun" >&2; return 1; }
+    || { cat build/apt.log >&2; echo "could not install $2: install it, then rerun" >&2; return 1; }
 }
 
 native_unit_tests() {  # $1: build directory, then extra CMake definitions. Builds the C++ unit tests (one
   # *_test.cc beside each part) and the Python tests' hooks (_native_testing) there, then runs the unit tests.
   local build="$1"; shift
-  need_googletest
+  need_debian_package gtest/gtest.h libgtest-dev  # GoogleTest, the C++ unit tests' framework
   cmake -S native_ext/tests -B "$build" -DPython_EXECUTABLE="$PWD/$PY" "$@" > "$build.log" 2>&1 \
     || { cat "$build.log" >&2; return 1; }
   cmake --build "$build" -j 2 >> "$build.log" 2>&1 || { tail -50 "$build.log" >&2; return 1; }

@@ -15,13 +15,23 @@ message(STATUS "pyarrow ${PYARROW_VERSION}: include ${PYARROW_INCLUDE_DIR}, libs
 find_library(ARROW_LIB arrow PATHS ${PYARROW_LIBRARY_DIR} NO_DEFAULT_PATH REQUIRED)
 find_library(PARQUET_LIB parquet PATHS ${PYARROW_LIBRARY_DIR} NO_DEFAULT_PATH REQUIRED)
 
+# libdeflate inflates the lc0 chunks (2-3x zlib's speed on them, CRC-32 checked); a system library.
+find_path(LIBDEFLATE_INCLUDE_DIR libdeflate.h)
+find_library(LIBDEFLATE_LIBRARY deflate)
+if(NOT LIBDEFLATE_INCLUDE_DIR OR NOT LIBDEFLATE_LIBRARY)
+  message(FATAL_ERROR "libdeflate not found (shardmill inflates lc0 chunks with it). Install it - Debian/Ubuntu: "
+                      "apt-get install libdeflate-dev; Fedora: dnf install libdeflate-devel; macOS: brew install "
+                      "libdeflate; conda: libdeflate - or add its prefix to CMAKE_PREFIX_PATH.")
+endif()
+
 set(SHARDMILL_PARTS_DIR ${CMAKE_CURRENT_LIST_DIR}/../src)
 file(GLOB PART_SOURCES CONFIGURE_DEPENDS ${SHARDMILL_PARTS_DIR}/*.cc)
 file(GLOB PART_TESTS CONFIGURE_DEPENDS ${SHARDMILL_PARTS_DIR}/*_test.cc)
 list(REMOVE_ITEM PART_SOURCES ${PART_TESTS})
 add_library(shardmill_parts STATIC ${PART_SOURCES})
-target_include_directories(shardmill_parts PUBLIC ${PYARROW_INCLUDE_DIR} ${SHARDMILL_PARTS_DIR})
-target_link_libraries(shardmill_parts PUBLIC ${ARROW_LIB} ${PARQUET_LIB})
+target_include_directories(shardmill_parts PUBLIC ${PYARROW_INCLUDE_DIR} ${SHARDMILL_PARTS_DIR}
+                           ${LIBDEFLATE_INCLUDE_DIR})
+target_link_libraries(shardmill_parts PUBLIC ${ARROW_LIB} ${PARQUET_LIB} ${LIBDEFLATE_LIBRARY})
 set_target_properties(shardmill_parts PROPERTIES POSITION_INDEPENDENT_CODE ON)
 # -DSHARDMILL_SANITIZE=address (bash dev.sh asan): the parts and whatever links them, instrumented.
 set(SHARDMILL_SANITIZE "" CACHE STRING "a -fsanitize= value (e.g. address) for the native code")

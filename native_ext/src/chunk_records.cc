@@ -5,22 +5,27 @@
 #include <vector>
 
 #include <arrow/status.h>
-#include <arrow/util/compression.h>
+#include <libdeflate.h>
 
 namespace shardmill {
 namespace {
 
-// One gzip codec and one scratch buffer per thread: the codec keeps its zlib
-// state between chunks and the buffer's pages stay mapped.
+struct FreeDecompressor {
+  void operator()(libdeflate_decompressor* d) const { libdeflate_free_decompressor(d); }
+};
+
+// One decompressor and one scratch buffer per thread: both are reused from
+// chunk to chunk, so the buffer's pages stay mapped.
 struct InflateScratch {
-  std::unique_ptr<arrow::util::Codec> codec;
+  std::unique_ptr<libdeflate_decompressor, FreeDecompressor> decompressor;
   std::vector<uint8_t> buffer;
 };
 
 arrow::Result<InflateScratch*> ThreadScratch() {
   thread_local InflateScratch scratch;
-  if (!scratch.codec) {
-    ARROW_ASSIGN_OR_RAISE(scratch.codec, arrow::util::Codec::Create(arrow::Compression::GZIP));
+  if (!scratch.decompressor) {
+    scratch.decompressor.reset(libdeflate_alloc_decompressor());
+    if (!scratch.decompressor) return arrow::Status::OutOfMemory("could not allocate a libdeflate decompressor");
   }
   return &scratch;
 }
@@ -36,22 +41,35 @@ arrow::Result<ChunkRecordsResult> ScatterChunkRecords(const ChunkRecordsSpec& sp
                                                       const int64_t* dest_rows, int64_t count, uint8_t* out) {
   ChunkRecordsResult result;
   const int64_t expected = spec.num_records * spec.record_size;
-  // Arrow's one-shot gzip inflate fills the buffer it is given and follows
-  // multi-member streams, but does not say whether input was left over. The
-  // size is proven when the payload is under 4 GiB (compressed size bound)
-  // and the last member's ISIZE alone equals the expected size: then the
-  // payload holds at least that many bytes, and exactly that many when the
-  // inflate also returns that many. Anything else takes the streaming path.
-  if (spec.compressed_size < 18 || spec.compressed_size * kMaxDeflateRatio >= (int64_t{1} << 32) ||
-      expected <= 0 || LoadLe32(spec.compressed + spec.compressed_size - 4) != static_cast<uint64_t>(expected)) {
+  // The fast path takes a chunk that is one gzip member whose ISIZE equals
+  // the indexed size (the common case, known before inflating). libdeflate
+  // inflates that member in one call into a buffer of exactly that size and
+  // checks its CRC-32 and ISIZE; the member must also end where the chunk
+  // does. Anything else (several members, a size the trailer disagrees
+  // with) takes the streaming path, which follows members and names what
+  // is wrong.
+  if (spec.compressed_size < 18 || expected <= 0 || expected >= (int64_t{1} << 32) ||
+      LoadLe32(spec.compressed + spec.compressed_size - 4) != static_cast<uint64_t>(expected)) {
     return result;
   }
   ARROW_ASSIGN_OR_RAISE(InflateScratch * scratch, ThreadScratch());
   if (static_cast<int64_t>(scratch->buffer.size()) < expected) scratch->buffer.resize(expected);
   uint8_t* records = scratch->buffer.data();
-  ARROW_ASSIGN_OR_RAISE(int64_t inflated,
-                        scratch->codec->Decompress(spec.compressed_size, spec.compressed, expected, records));
-  if (inflated != expected) {
+  size_t consumed = 0;
+  size_t inflated = 0;
+  const libdeflate_result inflate = libdeflate_gzip_decompress_ex(
+      scratch->decompressor.get(), spec.compressed, static_cast<size_t>(spec.compressed_size), records,
+      static_cast<size_t>(expected), &consumed, &inflated);
+  switch (inflate) {
+    case LIBDEFLATE_SUCCESS:
+      break;
+    case LIBDEFLATE_INSUFFICIENT_SPACE:
+      return arrow::Status::Invalid("inflates to more than the index's ", expected, " bytes");
+    default:  // LIBDEFLATE_BAD_DATA: a broken stream, or a CRC-32 or ISIZE that does not match the data
+      return arrow::Status::Invalid("broken gzip member (bad deflate data, CRC-32 or length)");
+  }
+  if (consumed != static_cast<size_t>(spec.compressed_size)) return result;  // more members follow
+  if (inflated != static_cast<size_t>(expected)) {
     return arrow::Status::Invalid("inflated to ", inflated, " bytes, the index says ", expected);
   }
   result.fast_path = true;

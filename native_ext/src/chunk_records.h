@@ -1,5 +1,6 @@
-// Stage 4's inner loop in C++: inflate one lc0 chunk, check it, scatter the
-// planned positions into the load task's frame array.
+// Stage 4's inner loop in C++: inflate one lc0 chunk (libdeflate, CRC-32
+// checked), check it, scatter the planned positions into the load task's
+// frame array.
 //
 // The Python load task knows before inflating every record it will emit
 // (positions from the index counts, destinations from the shuffle keys), so
@@ -15,9 +16,6 @@
 #include <arrow/result.h>
 
 namespace shardmill {
-
-// deflate's maximum expansion ratio, as in transforms/gzip_chunks.py.
-inline constexpr int64_t kMaxDeflateRatio = 1032;
 
 struct ChunkRecordsSpec {
   const uint8_t* compressed = nullptr;  // the chunk's gzip bytes (one or more members)

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <arrow/util/compression.h>
@@ -77,6 +78,58 @@ TEST(ChunkRecords, AWrongCountOrACorruptStreamIsNeverWritten) {
   corrupt[corrupt.size() - 8] ^= 0xFF;  // the CRC-32 in the gzip trailer
   auto failed = shardmill::ScatterChunkRecords(Spec(corrupt, 10, 6), positions.data(), rows.data(), 1, out.data());
   EXPECT_FALSE(failed.ok());
+  EXPECT_EQ(out, std::vector<uint8_t>(kRecord, 0xEE));
+}
+
+TEST(ChunkRecords, SeveralMembersOrTrailingBytesTakeTheStreamingPath) {
+  const auto raw = Records(10, 6);
+  const std::vector<uint8_t> first_half(raw.begin(), raw.begin() + 5 * kRecord);
+  const std::vector<uint8_t> second_half(raw.begin() + 5 * kRecord, raw.end());
+  // Two members whose last ISIZE happens to equal the whole size: not provable by the fast path alone.
+  auto two_members = Gzip(first_half);
+  auto second = Gzip(second_half);
+  two_members.insert(two_members.end(), second.begin(), second.end());
+  const uint32_t whole = static_cast<uint32_t>(raw.size());
+  std::memcpy(two_members.data() + two_members.size() - 4, &whole, 4);
+  const std::vector<int64_t> positions = {0}, rows = {0};
+  std::vector<uint8_t> out(kRecord, 0xEE);
+  auto result = shardmill::ScatterChunkRecords(Spec(two_members, 10, 6), positions.data(), rows.data(), 1,
+                                               out.data());
+  EXPECT_TRUE(!result.ok() || !result->fast_path);
+  // One whole member followed by bytes that are not part of it.
+  auto trailing = Gzip(raw);
+  const std::vector<uint8_t> junk = {0, 0, 0, 0};
+  trailing.insert(trailing.end(), junk.begin(), junk.end());
+  std::memcpy(trailing.data() + trailing.size() - 4, &whole, 4);
+  auto with_junk = shardmill::ScatterChunkRecords(Spec(trailing, 10, 6), positions.data(), rows.data(), 1,
+                                                  out.data());
+  ASSERT_TRUE(with_junk.ok()) << with_junk.status().ToString();
+  EXPECT_FALSE(with_junk->fast_path);
+  EXPECT_EQ(out, std::vector<uint8_t>(kRecord, 0xEE));
+}
+
+TEST(ChunkRecords, APayloadLargerThanItsTrailerSaysIsAnError) {
+  const auto raw = Records(12, 6);
+  auto compressed = Gzip(raw);
+  const uint32_t claimed = 10 * kRecord;  // ISIZE forged to the index's size: the data holds more
+  std::memcpy(compressed.data() + compressed.size() - 4, &claimed, 4);
+  const std::vector<int64_t> positions = {0}, rows = {0};
+  std::vector<uint8_t> out(kRecord, 0xEE);
+  auto result = shardmill::ScatterChunkRecords(Spec(compressed, 10, 6), positions.data(), rows.data(), 1, out.data());
+  ASSERT_FALSE(result.ok());
+  EXPECT_NE(result.status().message().find("more than"), std::string::npos) << result.status().ToString();
+  EXPECT_EQ(out, std::vector<uint8_t>(kRecord, 0xEE));
+}
+
+TEST(ChunkRecords, DamagedDeflateDataIsAnError) {
+  const auto raw = Records(200, 6);
+  auto compressed = Gzip(raw);
+  for (size_t i = 20; i < compressed.size() - 8; i += 7) compressed[i] ^= 0x5A;
+  const std::vector<int64_t> positions = {0}, rows = {0};
+  std::vector<uint8_t> out(kRecord, 0xEE);
+  auto result = shardmill::ScatterChunkRecords(Spec(compressed, 200, 6), positions.data(), rows.data(), 1,
+                                               out.data());
+  EXPECT_FALSE(result.ok());
   EXPECT_EQ(out, std::vector<uint8_t>(kRecord, 0xEE));
 }
 

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from shardmill.native_ext import NativeError, kernels
+from shardmill.transforms.lc0.gzip_chunks import ChunkError
+from shardmill.transforms.lc0.loading import _scatter_chunk
 
 RECORD = 16
 VERSION = 6
@@ -61,12 +63,26 @@ def test_size_not_proven_by_the_trailer_defers_to_the_streaming_path():
     assert scatter(gzip.compress(data.tobytes()), 11, [0], [0], out) is None  # ISIZE says 10 records
 
 
-def test_payload_longer_than_the_index_says_raises():
+def test_payload_longer_than_the_index_says_is_a_count_mismatch():
     data = records(10)
-    # The last member alone has the indexed size, an earlier member adds more.
+    # The last member alone has the indexed size, an earlier member adds more: the kernel defers (it
+    # inflates one member), and the streaming path names the mismatch.
     blob = gzip.compress(data[:3].tobytes()) + gzip.compress(data.tobytes())
-    with pytest.raises(NativeError):
-        scatter(blob, 10, [0], [0], np.zeros((1, RECORD), np.uint8))
+    out = np.zeros((1, RECORD), np.uint8)
+    assert scatter(blob, 10, [0], [0], out) is None
+    row = {"num_records": 10, "record_size": RECORD, "version": VERSION, "length": len(blob)}
+    with pytest.raises(ChunkError) as err:
+        _scatter_chunk(blob, row, np.array([0]), np.array([0]), out, 1 << 20)
+    assert err.value.reason == "count_mismatch"
+    assert not out.any()
+
+
+def test_a_member_with_a_forged_length_raises():
+    data = records(12)
+    blob = bytearray(gzip.compress(data.tobytes()))
+    blob[-4:] = struct.pack("<I", 10 * RECORD)  # ISIZE claims the index's 10 records; the data holds 12
+    with pytest.raises(NativeError, match="more than"):
+        scatter(bytes(blob), 10, [0], [0], np.zeros((1, RECORD), np.uint8))
 
 
 @pytest.mark.parametrize("positions, rows", [([10], [0]), ([-1], [0]), ([0], [1]), ([0, 1], [0])])
