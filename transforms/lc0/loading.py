@@ -20,6 +20,7 @@ import pyarrow as pa
 from shardmill.native_ext import kernels
 from shardmill.transforms.common.dead_letter import DeadLetter
 from shardmill.transforms.common.filesystem import Opener, default_opener
+from shardmill.transforms.common.pooled import pooled_empty
 from shardmill.transforms.lc0.gzip_chunks import MAX_DEFLATE_RATIO, ChunkError, ChunkSpan, inflate_chunk
 from shardmill.transforms.lc0.plan import ReadTask
 from shardmill.transforms.lc0.sampling import emissions, shuffle_keys
@@ -159,7 +160,7 @@ def load_task(task: ReadTask, opener: Opener = default_opener, threads: int = IN
     by_shard = np.argsort(shard, kind="stable")
     dest = np.empty_like(by_shard)
     dest[by_shard] = np.arange(len(by_shard))  # emission i goes to row dest[i]
-    frame = np.empty((len(by_shard), record_size), dtype=np.uint8)
+    frame = pooled_empty((len(by_shard), record_size))
     failed = np.zeros(len(rows), dtype=bool)
     dead: list[tuple[int, DeadLetter]] = []  # (row index, dead letter)
     pending: collections.deque = collections.deque()  # (row index, future) in file order

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardmill.transforms.common.discovery import skipped_files
+from shardmill.transforms.common.pooled import pooled_empty
 from shardmill.transforms.lc0.loading import shuffle_schema
 from shardmill.transforms.lc0.summary import accounting
 from shardmill.transforms.output.shard_format import ShardFormat
@@ -45,7 +46,7 @@ def shard_table(batches: list[pa.RecordBatch], record_size: int) -> pa.Table:
     order = _final_order(small)
     final_row = np.empty_like(order)
     final_row[order] = np.arange(len(order))
-    gathered = np.empty((len(order), record_size), dtype=np.uint8)
+    gathered = pooled_empty((len(order), record_size))
     start = 0
     for batch in batches:
         frames = batch.column("frame")
