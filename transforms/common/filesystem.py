@@ -8,7 +8,6 @@ one file reached by two spellings is one file.
 
 from __future__ import annotations
 
-import io
 import os
 import posixpath
 import threading
@@ -40,9 +39,10 @@ def write_atomically(path: str, write) -> None:
     FileSystems.rename([temp], [path])
 
 
-def write_bytes_atomically(path: str, data: bytes) -> None:
-    """Writes data to path: temporary name first, then a rename (replacing path)."""
-    if not data and FileSystems.get_scheme(path) == "s3":
+def write_bytes_atomically(path: str, data) -> None:
+    """Writes data (bytes or any buffer: a pa.Buffer is not copied) to path: temporary name first, then a
+    rename (replacing path)."""
+    if not len(data) and FileSystems.get_scheme(path) == "s3":
         _put_empty_s3_object(path)
         return
     write_atomically(path, lambda f: f.write(data))
@@ -62,11 +62,11 @@ def _put_empty_s3_object(path: str) -> None:
 
 def write_parquet_atomically(path: str, table: pa.Table, **write_options) -> int:
     """Writes table as a Parquet file at path atomically; returns the file's size in bytes."""
-    sink = io.BytesIO()
+    sink = pa.BufferOutputStream()
     pq.write_table(table, sink, **write_options)
     data = sink.getvalue()
     write_bytes_atomically(path, data)
-    return len(data)
+    return data.size
 
 
 Opener = Callable[[str], BinaryIO]

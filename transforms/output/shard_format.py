@@ -9,7 +9,6 @@ bytes) and returns the shard's manifest entry.
 from __future__ import annotations
 
 import hashlib
-import io
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -44,12 +43,14 @@ class ShardFormat:
         raise NotImplementedError
 
 
-def encode_shard(table: pa.Table, row_group_rows: int, zstd_level: int, **parquet_options) -> bytes:
+def encode_shard(table: pa.Table, row_group_rows: int, zstd_level: int, **parquet_options) -> pa.Buffer:
     # The writer's version in the file itself: a shard copied out of its output still says what wrote it.
     metadata = dict(table.schema.metadata or {})
     metadata[SHARD_VERSION_KEY.encode()] = shardmill_version().encode()
     table = table.replace_schema_metadata(metadata)
-    sink = io.BytesIO()
+    # An Arrow stream, not a Python file: the encoder writes pages without taking the GIL, and the
+    # finished file is one buffer, not a copy.
+    sink = pa.BufferOutputStream()
     pq.write_table(table, sink, row_group_size=max(1, row_group_rows), compression="zstd",
                    compression_level=zstd_level, **parquet_options)
     return sink.getvalue()
@@ -60,12 +61,12 @@ def write_shard_file(path: str, name: str, table: pa.Table, row_group_rows: int,
     """Writes a finished shard table as Parquet atomically; returns its manifest entry (path = name)."""
     data = encode_shard(table, row_group_rows, zstd_level, **parquet_options)
     write_bytes_atomically(path, data)
-    metadata = pq.ParquetFile(io.BytesIO(data)).metadata
+    metadata = pq.ParquetFile(pa.BufferReader(data)).metadata
     return {
         "path": name,
         "rows": table.num_rows,
         "row_groups": [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)],
-        "bytes": len(data),
+        "bytes": data.size,
         "sha256": hashlib.sha256(data).hexdigest(),
         "schema": [{"name": f.name, "type": str(f.type)} for f in table.schema],
     }
