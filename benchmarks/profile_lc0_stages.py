@@ -33,6 +33,7 @@ import tempfile
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, REPO)
 
+from shardmill.pipelines.cli import MIMALLOC_PURGE_DELAY_MS  # noqa: E402
 from tests.datagen.lc0 import write_dataset  # noqa: E402
 
 WORKLOADS = {
@@ -103,8 +104,10 @@ print(json.dumps(spent))
 
 
 def profile(data: str, out: str, extra: str) -> dict:
+    # The allocator setting the `shardmill` command makes before pyarrow loads (pipelines/cli.py).
+    env = {**os.environ, "MIMALLOC_PURGE_DELAY": os.environ.get("MIMALLOC_PURGE_DELAY", MIMALLOC_PURGE_DELAY_MS)}
     done = subprocess.run([sys.executable, "-c", PROFILE_SCRIPT, REPO, data, out, extra], capture_output=True,
-                          text=True)
+                          text=True, env=env)
     if done.returncode:
         raise RuntimeError(done.stderr[-3000:])
     return json.loads(done.stdout.strip().splitlines()[-1])

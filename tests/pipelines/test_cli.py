@@ -152,3 +152,14 @@ def test_a_label_run_with_worker_processes_reports_its_sample_stage_and_no_worke
     sample = [line for line in lines if "progress: sample:" in line]
     assert sample and re.search(r"3 partitions, 6,000 records, 0 of 0 MiB \(100%\)", sample[-1]), result.stderr
     assert not [line for line in lines if re.match(r"(DEBUG|INFO|WARNING):", line)], result.stderr
+
+
+@pytest.mark.parametrize("preset, expected", [(None, cli.MIMALLOC_PURGE_DELAY_MS), ("25", "25")])
+def test_the_command_keeps_freed_arrow_pages_before_pyarrow_loads(preset, expected):
+    env = {k: v for k, v in os.environ.items() if k != "MIMALLOC_PURGE_DELAY"}
+    if preset is not None:
+        env["MIMALLOC_PURGE_DELAY"] = preset
+    probe = ("import sys, os; import shardmill.pipelines.cli; "
+             "print('pyarrow' in sys.modules, os.environ['MIMALLOC_PURGE_DELAY'])")
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", expected]
