@@ -41,36 +41,36 @@ arrow::Result<ChunkRecordsResult> ScatterChunkRecords(const ChunkRecordsSpec& sp
                                                       const int64_t* dest_rows, int64_t count, uint8_t* out) {
   ChunkRecordsResult result;
   const int64_t expected = spec.num_records * spec.record_size;
-  // The fast path takes a chunk that is one gzip member whose ISIZE equals
-  // the indexed size (the common case, known before inflating). libdeflate
-  // inflates that member in one call into a buffer of exactly that size and
-  // checks its CRC-32 and ISIZE; the member must also end where the chunk
-  // does. Anything else (several members, a size the trailer disagrees
-  // with) takes the streaming path, which follows members and names what
-  // is wrong.
-  if (spec.compressed_size < 18 || expected <= 0 || expected >= (int64_t{1} << 32) ||
-      LoadLe32(spec.compressed + spec.compressed_size - 4) != static_cast<uint64_t>(expected)) {
-    return result;
-  }
+  if (spec.compressed_size < 18 || expected <= 0) return result;
   ARROW_ASSIGN_OR_RAISE(InflateScratch * scratch, ThreadScratch());
   if (static_cast<int64_t>(scratch->buffer.size()) < expected) scratch->buffer.resize(expected);
   uint8_t* records = scratch->buffer.data();
-  size_t consumed = 0;
-  size_t inflated = 0;
-  const libdeflate_result inflate = libdeflate_gzip_decompress_ex(
-      scratch->decompressor.get(), spec.compressed, static_cast<size_t>(spec.compressed_size), records,
-      static_cast<size_t>(expected), &consumed, &inflated);
-  switch (inflate) {
-    case LIBDEFLATE_SUCCESS:
-      break;
-    case LIBDEFLATE_INSUFFICIENT_SPACE:
+  // Member after member (a chunk may be several concatenated gzip members), each in one libdeflate call
+  // that checks its CRC-32 and ISIZE, into the buffer of the indexed size: a payload that does not fit
+  // is larger than the index says. Bytes after a member that are not another member (padding, garbage)
+  // go to the streaming path, which decides what they are.
+  size_t in_offset = 0;
+  size_t out_offset = 0;
+  const size_t in_size = static_cast<size_t>(spec.compressed_size);
+  const size_t out_size = static_cast<size_t>(expected);
+  while (in_offset < in_size) {
+    size_t consumed = 0;
+    size_t inflated = 0;
+    const libdeflate_result inflate = libdeflate_gzip_decompress_ex(
+        scratch->decompressor.get(), spec.compressed + in_offset, in_size - in_offset, records + out_offset,
+        out_size - out_offset, &consumed, &inflated);
+    if (inflate == LIBDEFLATE_INSUFFICIENT_SPACE) {
       return arrow::Status::Invalid("inflates to more than the index's ", expected, " bytes");
-    default:  // LIBDEFLATE_BAD_DATA: a broken stream, or a CRC-32 or ISIZE that does not match the data
+    }
+    if (inflate != LIBDEFLATE_SUCCESS) {
+      if (in_offset > 0) return result;  // not a member after the first one
       return arrow::Status::Invalid("broken gzip member (bad deflate data, CRC-32 or length)");
+    }
+    in_offset += consumed;
+    out_offset += inflated;
   }
-  if (consumed != static_cast<size_t>(spec.compressed_size)) return result;  // more members follow
-  if (inflated != static_cast<size_t>(expected)) {
-    return arrow::Status::Invalid("inflated to ", inflated, " bytes, the index says ", expected);
+  if (out_offset != out_size) {
+    return arrow::Status::Invalid("inflated to ", out_offset, " bytes, the index says ", expected);
   }
   result.fast_path = true;
   for (int64_t r = 0; r < spec.num_records; ++r) {

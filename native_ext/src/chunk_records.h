@@ -27,8 +27,9 @@ struct ChunkRecordsSpec {
 
 // Outcome of ScatterChunkRecords.
 struct ChunkRecordsResult {
-  // False when the gzip trailer does not prove the payload size (see the
-  // .cc): nothing was written and the caller must use the streaming path.
+  // False when bytes follow a gzip member that are not another member (or
+  // the chunk is too short to be one): nothing was written and the caller
+  // must use the streaming path, which says what they are.
   bool fast_path = false;
   // Index of the first record whose version differs, or -1.
   int64_t bad_version_record = -1;

@@ -55,22 +55,29 @@ def test_crc_mismatch_raises():
         scatter(bytes(blob), 10, [0], [0], np.zeros((1, RECORD), np.uint8))
 
 
-def test_size_not_proven_by_the_trailer_defers_to_the_streaming_path():
+def test_several_members_are_inflated_natively_one_after_another():
     data = records(10)
     two_members = gzip.compress(data[:4].tobytes()) + gzip.compress(data[4:].tobytes())
+    out = np.zeros((2, RECORD), np.uint8)
+    assert scatter(two_members, 10, [9, 1], [0, 1], out) == -1
+    np.testing.assert_array_equal(out, data[[9, 1]])
+
+
+def test_bytes_after_the_member_that_are_no_member_defer_to_the_streaming_path():
     out = np.zeros((1, RECORD), np.uint8)
-    assert scatter(two_members, 10, [0], [0], out) is None
-    assert scatter(gzip.compress(data.tobytes()), 11, [0], [0], out) is None  # ISIZE says 10 records
+    assert scatter(gzip.compress(records(10).tobytes()) + b"\0" * 32, 10, [0], [0], out) is None
+    assert not out.any()
 
 
-def test_payload_longer_than_the_index_says_is_a_count_mismatch():
+@pytest.mark.parametrize("indexed", [9, 11])
+def test_another_record_count_than_the_index_is_a_count_mismatch(indexed):
     data = records(10)
-    # The last member alone has the indexed size, an earlier member adds more: the kernel defers (it
-    # inflates one member), and the streaming path names the mismatch.
-    blob = gzip.compress(data[:3].tobytes()) + gzip.compress(data.tobytes())
+    # Several members: the kernel reports the size it found, and the streaming path names the mismatch.
+    blob = gzip.compress(data[:3].tobytes()) + gzip.compress(data[3:].tobytes())
     out = np.zeros((1, RECORD), np.uint8)
-    assert scatter(blob, 10, [0], [0], out) is None
-    row = {"num_records": 10, "record_size": RECORD, "version": VERSION, "length": len(blob)}
+    with pytest.raises(NativeError, match="more than|the index says"):
+        scatter(blob, indexed, [0], [0], out)
+    row = {"num_records": indexed, "record_size": RECORD, "version": VERSION, "length": len(blob)}
     with pytest.raises(ChunkError) as err:
         _scatter_chunk(blob, row, np.array([0]), np.array([0]), out, 1 << 20)
     assert err.value.reason == "count_mismatch"
