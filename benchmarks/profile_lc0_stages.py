@@ -33,7 +33,6 @@ import tempfile
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, REPO)
 
-from shardmill.pipelines.cli import MIMALLOC_PURGE_DELAY_MS  # noqa: E402
 from tests.datagen.lc0 import write_dataset  # noqa: E402
 
 WORKLOADS = {
@@ -46,6 +45,7 @@ PROFILE_SCRIPT = r"""
 import builtins, json, sys, time
 start = time.perf_counter()
 sys.path.insert(0, sys.argv[1])
+import shardmill.pipelines.cli  # first: whatever the installed `shardmill` command sets before pyarrow loads
 from apache_beam.options.pipeline_options import PipelineOptions
 from shardmill.pipelines.config import parse_config, validate
 from shardmill.pipelines.run_job import run_job
@@ -103,11 +103,8 @@ print(json.dumps(spent))
 """
 
 
-def profile(data: str, out: str, extra: str) -> dict:
-    # The allocator setting the `shardmill` command makes before pyarrow loads (pipelines/cli.py).
-    env = {**os.environ, "MIMALLOC_PURGE_DELAY": os.environ.get("MIMALLOC_PURGE_DELAY", MIMALLOC_PURGE_DELAY_MS)}
-    done = subprocess.run([sys.executable, "-c", PROFILE_SCRIPT, REPO, data, out, extra], capture_output=True,
-                          text=True, env=env)
+def profile(python: str, data: str, out: str, extra: str) -> dict:
+    done = subprocess.run([python, "-c", PROFILE_SCRIPT, REPO, data, out, extra], capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(done.stderr[-3000:])
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -119,25 +116,36 @@ def main() -> None:
     parser.add_argument("--games", type=int, default=150)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--data-root", default=None)
+    parser.add_argument("--baseline-python", default=None,
+                        help="also profile the shardmill installed for this interpreter (e.g. a venv of an earlier "
+                             "commit), rounds interleaved with this one's: a before/after in one run")
     args = parser.parse_args()
+    pythons = {"this": sys.executable}
+    if args.baseline_python:
+        pythons["baseline"] = args.baseline_python
     work = tempfile.mkdtemp(prefix="profile_lc0_stages_")
     data = os.path.join(args.data_root or work, f"corpus-{args.archives}x{args.games}")
     try:
         if not os.path.isdir(data):
             write_dataset(data, args.archives, args.games, loose_games=0, bad=False, seed=3)
-        runs = {name: [] for name in WORKLOADS}
+        runs = {(who, name): [] for who in pythons for name in WORKLOADS}
         for _ in range(args.rounds):
             for name, extra in WORKLOADS.items():
-                runs[name].append(profile(data, os.path.join(work, "out"), extra))
+                for who, python in pythons.items():
+                    runs[who, name].append(profile(python, data, os.path.join(work, "out"), extra))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    report = {"archives": args.archives, "games": args.games, "rounds": args.rounds, "seconds": {}, "share": {}}
-    for name, results in runs.items():
-        stages = {stage: statistics.median(r.get(stage, 0.0) for r in results) for stage in results[0]}
-        report["seconds"][name] = {stage: round(value, 2) for stage, value in stages.items()}
-        report["share"][name] = {stage: round(value / stages["total"], 3) for stage, value in stages.items()
-                                 if stage != "total"}
-    print(json.dumps(report, indent=1))
+    reports = {}
+    for who in pythons:
+        report = {"archives": args.archives, "games": args.games, "rounds": args.rounds, "seconds": {}, "share": {}}
+        for name in WORKLOADS:
+            results = runs[who, name]
+            stages = {stage: statistics.median(r.get(stage, 0.0) for r in results) for stage in results[0]}
+            report["seconds"][name] = {stage: round(value, 2) for stage, value in stages.items()}
+            report["share"][name] = {stage: round(value / stages["total"], 3) for stage, value in stages.items()
+                                     if stage != "total"}
+        reports[who] = report
+    print(json.dumps(reports["this"] if len(reports) == 1 else reports, indent=1))
 
 
 if __name__ == "__main__":
