@@ -11,6 +11,12 @@ and memory grow from 1× to 4×. Prints one JSON object.
     python benchmarks/bench_job.py [--archives 8 --games 150 --rounds 2 --scales 1,4,16 --data-root DIR]
     python benchmarks/bench_job.py --archives 32 --scales 1 --rounds 3 --workloads sampled,all_positions
 
+Modes: the script, shardmill in process, shardmill with 2 worker processes
+(the default set) and `shardmill_rerun_index_cached` (in process, the
+sources' indexes read from the index cache filled by an untimed first run);
+--baseline-python PY adds `baseline_shardmill_in_process`, the shardmill
+installed for PY (an earlier commit's venv) in the same rounds.
+
 Workloads: `shards` (2 passes, threshold 150, 16 positions per use, 64 MiB
 shards; the default), `sampled` (4 passes, threshold 150, 8 positions) and
 `all_positions` (every record once, no chunk sampling).
@@ -42,6 +48,12 @@ WORKLOADS = {
     "all_positions": dict(passes=None, target_shard_bytes=64 << 20),
 }
 MODES = ("single_core_script", "shardmill_in_process", "shardmill_2_workers")
+# Not run unless asked: the in-process run again over an unchanged corpus, its sources' indexes read from the
+# index cache (filled by one untimed run first), as each cycle over a growing corpus runs.
+CACHED_MODE = "shardmill_rerun_index_cached"
+# With --baseline-python: the in-process run of the shardmill installed for that interpreter (an earlier
+# commit's venv), a before/after in the same rounds.
+BASELINE_MODE = "baseline_shardmill_in_process"
 
 
 def tree_rss_bytes(pid: int) -> int:
@@ -94,9 +106,9 @@ def records_in(data_dir: str) -> int:
                for n in sorted(os.listdir(data_dir)))
 
 
-def commands(data_dir: str, out_dir: str, workload: dict) -> dict[str, list[str]]:
-    """Each mode's command line for one workload (the index cache off: every run reads every source)."""
-    config = os.path.join(out_dir, "job.textproto")
+def commands(data_dir: str, out_dir: str, workload: dict, baseline_python: str | None = None) -> dict[str, list[str]]:
+    """Each mode's command line for one workload (the index cache off, but in CACHED_MODE: every run reads
+    every source)."""
     script = [sys.executable, os.path.join(REPO, "benchmarks", "single_core_baseline.py"),
               data_dir, os.path.join(out_dir, "baseline"), "--target-shard-bytes", str(workload["target_shard_bytes"])]
     if workload["passes"] is None:
@@ -107,19 +119,24 @@ def commands(data_dir: str, out_dir: str, workload: dict) -> dict[str, list[str]
                 f'hanse_sampling_threshold: {workload["threshold"]} hanse_sampling_gamma: {workload["gamma"]} }}')
         script += ["--passes", str(workload["passes"]), "--threshold", str(workload["threshold"]),
                    "--gamma", str(workload["gamma"]), "--position-count", str(workload["position_count"])]
-    with open(config, "w") as f:
-        f.write(
-            f'input: "{data_dir}"\n'
-            f'lc0 {{ index {{ cache: "none" }} {pool} }}\n'
-            f'output {{ target_shard_bytes: {workload["target_shard_bytes"]} overwrite: true }}\n'
-            f'max_error_fraction: 1\n'
-        )
-    shardmill = [sys.executable, "-m", "shardmill.pipelines.cli", "run", "--config", config]
+    shardmill, cached = ([sys.executable, "-m", "shardmill.pipelines.cli", "run", "--config",
+                          os.path.join(out_dir, f"job-{name}.textproto")] for name in ("uncached", "cached"))
+    for command, cache in ((shardmill, "none"), (cached, os.path.join(out_dir, "index-cache"))):
+        with open(command[-1], "w") as f:
+            f.write(
+                f'input: "{data_dir}"\n'
+                f'lc0 {{ index {{ cache: "{cache}" }} {pool} }}\n'
+                f'output {{ target_shard_bytes: {workload["target_shard_bytes"]} overwrite: true }}\n'
+                f'max_error_fraction: 1\n'
+            )
     return {
         "single_core_script": script,
         "shardmill_in_process": shardmill + ["--output", os.path.join(out_dir, "inproc")],
         "shardmill_2_workers": shardmill + ["--output", os.path.join(out_dir, "mp"),
                                             "--direct_running_mode=multi_processing", "--direct_num_workers=2"],
+        CACHED_MODE: cached + ["--output", os.path.join(out_dir, "cached")],
+        **({BASELINE_MODE: [baseline_python] + shardmill[1:] + ["--output", os.path.join(out_dir, "before")]}
+           if baseline_python else {}),
     }
 
 
@@ -131,10 +148,12 @@ def main():
     parser.add_argument("--scales", default="1,4", help="input sizes as multiples of --archives")
     parser.add_argument("--data-root", help="keep generated data here and reuse it across runs")
     parser.add_argument("--workloads", default="shards", help=f"comma-separated, of {', '.join(WORKLOADS)}")
-    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
+    parser.add_argument("--modes", default=",".join(MODES),
+                        help=f"comma-separated, of {', '.join(MODES + (CACHED_MODE,))}")
+    parser.add_argument("--baseline-python", help=f"adds {BASELINE_MODE}: the shardmill of this interpreter")
     args = parser.parse_args()
     scales = [int(x) for x in args.scales.split(",")]
-    modes = args.modes.split(",")
+    modes = args.modes.split(",") + ([BASELINE_MODE] if args.baseline_python else [])
     if "single_core_script" not in modes:
         parser.error("--modes must include single_core_script (the baseline of every ratio)")
     work = tempfile.mkdtemp(prefix="bench-job-")
@@ -155,9 +174,13 @@ def run_workload(workload: dict, modes: list[str], scales: list[int], args, work
         if not os.path.isdir(data_dir):
             write_dataset(data_dir, args.archives * scale, args.games, loose_games=0, bad=False, seed=scale)
         records = records_in(data_dir)
-        cmds = {mode: command for mode, command in commands(data_dir, work, workload).items() if mode in modes}
+        cmds = {mode: command for mode, command in commands(data_dir, work, workload, args.baseline_python).items()
+                if mode in modes}
         times = {k: [] for k in cmds}
         peaks = {k: 0 for k in cmds}
+        if CACHED_MODE in cmds:
+            shutil.rmtree(os.path.join(work, "index-cache"), ignore_errors=True)
+            measure(cmds[CACHED_MODE])  # fills the index cache
         for _ in range(args.rounds):
             for name, command in cmds.items():
                 seconds, peak = measure(command)
