@@ -10,7 +10,7 @@
 # --worker_pool. The install is CI's: a compiler, then pip install of this checkout, which builds the
 # native extension against the pinned pyarrow.
 FROM apache/beam_python3.11_sdk:2.77.0
-RUN apt-get update && apt-get install -y --no-install-recommends g++ cmake && rm -rf /var/lib/apt/lists/*
+RUN apt-get update && apt-get install -y --no-install-recommends g++ cmake libdeflate-dev && rm -rf /var/lib/apt/lists/*
 WORKDIR /opt/shardmill
 COPY . .
 RUN pip install --no-cache-dir '.[job]' && rm -rf build

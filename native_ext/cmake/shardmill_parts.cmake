@@ -15,9 +15,11 @@ message(STATUS "pyarrow ${PYARROW_VERSION}: include ${PYARROW_INCLUDE_DIR}, libs
 find_library(ARROW_LIB arrow PATHS ${PYARROW_LIBRARY_DIR} NO_DEFAULT_PATH REQUIRED)
 find_library(PARQUET_LIB parquet PATHS ${PYARROW_LIBRARY_DIR} NO_DEFAULT_PATH REQUIRED)
 
-# libdeflate inflates the lc0 chunks (2-3x zlib's speed on them, CRC-32 checked); a system library.
+# libdeflate inflates the lc0 chunks (2-3x zlib's speed on them, CRC-32 checked). Its static archive
+# where there is one, so the extension carries it: Beam workers and training machines that install a
+# wheel built here need no libdeflate of their own.
 find_path(LIBDEFLATE_INCLUDE_DIR libdeflate.h)
-find_library(LIBDEFLATE_LIBRARY deflate)
+find_library(LIBDEFLATE_LIBRARY NAMES libdeflate.a deflate)
 if(NOT LIBDEFLATE_INCLUDE_DIR OR NOT LIBDEFLATE_LIBRARY)
   message(FATAL_ERROR "libdeflate not found (shardmill inflates lc0 chunks with it). Install it - Debian/Ubuntu: "
                       "apt-get install libdeflate-dev; Fedora: dnf install libdeflate-devel; macOS: brew install "
