@@ -96,3 +96,29 @@ def test_a_member_with_a_forged_length_raises():
 def test_out_of_range_positions_and_rows_raise(positions, rows):
     with pytest.raises(NativeError):
         scatter(gzip.compress(records(10).tobytes()), 10, positions, rows, np.zeros((1, RECORD), np.uint8))
+
+
+def test_many_empty_members_around_the_records_are_inflated_natively():
+    data = records(10)
+    empty = gzip.compress(b"")
+    blob = empty * 500 + gzip.compress(data.tobytes()) + empty * 500
+    out = np.zeros((1, RECORD), np.uint8)
+    assert scatter(blob, 10, [4], [0], out) == -1
+    np.testing.assert_array_equal(out[0], data[4])
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage_body", "garbage_after_header"])
+def test_a_hostile_chunk_is_a_dead_letter_reason_never_a_crash(damage):
+    blob = gzip.compress(records(50).tobytes())
+    rng = np.random.default_rng(len(damage))
+    if damage == "truncated":
+        blob = blob[: len(blob) // 2]
+    elif damage == "garbage_body":
+        blob = blob[:10] + rng.integers(0, 256, len(blob) - 18, dtype=np.uint8).tobytes() + blob[-8:]
+    else:
+        blob = blob[:10] + rng.integers(0, 256, 4096, dtype=np.uint8).tobytes()
+    out = np.zeros((1, RECORD), np.uint8)
+    row = {"num_records": 50, "record_size": RECORD, "version": VERSION, "length": len(blob)}
+    with pytest.raises(ChunkError):
+        _scatter_chunk(blob, row, np.array([0]), np.array([0]), out, 1 << 20)
+    assert not out.any()
