@@ -33,7 +33,8 @@ need_debian_package() {  # $1: a header the package installs, $2: the package (a
   local sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"
   mkdir -p build
-  { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$2"; } \
+  { { [ -n "${APT_UPDATED:-}" ] || $sudo apt-get update -qq; } && APT_UPDATED=1 \
+      && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$2"; } \
     > build/apt.log 2>&1 \
     || { cat build/apt.log >&2; echo "could not install $2: install it, then rerun" >&2; return 1; }
 }
