@@ -98,9 +98,10 @@ def _scatter_chunk(compressed: bytes, row: dict, positions: np.ndarray, dest_row
                    frame: np.ndarray, max_bytes: int) -> None:
     """Inflates one chunk and copies record positions[i] to frame[dest_rows[i]].
 
-    The native kernel does it with the GIL released when the gzip trailer
-    proves the size. Otherwise, or when it finds the chunk broken, the
-    streaming path runs so the ChunkError says precisely what is wrong.
+    The native kernel does it with the GIL released, gzip member after
+    member (libdeflate). When bytes follow a member that are not a member,
+    or the kernel finds the chunk broken, the streaming path runs so the
+    ChunkError says precisely what is wrong.
     """
     try:
         outcome = kernels.scatter_chunk_records(compressed, row["num_records"], row["record_size"], row["version"],

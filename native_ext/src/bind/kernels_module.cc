@@ -202,10 +202,11 @@ PYBIND11_MODULE(_kernels, m) {
       },
       py::arg("compressed"), py::arg("num_records"), py::arg("record_size"), py::arg("version"), py::arg("positions"),
       py::arg("dest_rows"), py::arg("out"),
-      "Inflates one lc0 chunk into a per-thread buffer (GIL released), checks its size and every record's "
-      "version, and copies record positions[i] to out[dest_rows[i]]. Returns None when the gzip trailer "
-      "does not prove the size (use the streaming path), -1 on success, else the first record with "
-      "another version (nothing copied); raises NativeError when the stream is broken or has another size.");
+      "Inflates one lc0 chunk, gzip member after member (libdeflate, CRC-32 checked), into a per-thread "
+      "buffer (GIL released), checks its size and every record's version, and copies record positions[i] to "
+      "out[dest_rows[i]]. Returns None when bytes follow a member that are not a member (use the streaming "
+      "path), -1 on success, else the first record with another version (nothing copied); raises NativeError "
+      "when a member is broken or the payload has another size than the index says.");
 
   m.def("lc0_tensors", &Lc0Tensors, py::arg("frames"), py::arg("convention") = "loader",
         py::arg("planes") = "float32", py::arg("threads") = 1, py::arg("copy_policy") = true,
