@@ -21,7 +21,7 @@ from shardmill.native_ext import kernels
 from shardmill.transforms.common.dead_letter import DeadLetter
 from shardmill.transforms.common.filesystem import Opener, default_opener
 from shardmill.transforms.common.pooled import pooled_empty
-from shardmill.transforms.lc0.gzip_chunks import MAX_DEFLATE_RATIO, ChunkError, ChunkSpan, inflate_chunk
+from shardmill.transforms.lc0.gzip_chunks import ChunkError, ChunkSpan, inflate_chunk
 from shardmill.transforms.lc0.plan import ReadTask
 from shardmill.transforms.lc0.sampling import emissions, shuffle_keys
 
@@ -50,39 +50,16 @@ class LoadedTask:
     records_written: int = 0
 
 
-def _inflate_expected(compressed: bytes, expected_size: int, max_bytes: int):
-    """The chunk's payload, inflated by Arrow into a buffer of the indexed size.
-
-    Arrow's gzip codec checks every member's CRC, follows multi-member
-    streams, releases the GIL (so chunks inflate in parallel threads) and
-    writes into one pool-allocated buffer. When the payload is not exactly
-    the indexed size or is broken, the streaming inflater runs instead to
-    say precisely what is wrong.
-
-    Arrow pads a short payload up to the requested size without an error, so
-    it is only used when the trailer proves the size: under 2^32/1032
-    compressed bytes the payload is under 4 GiB, so an ISIZE equal to the
-    expected size means the last member alone holds that many bytes, and a
-    longer payload would overflow the buffer, which Arrow does report.
-    """
-    provable = (
-        len(compressed) * MAX_DEFLATE_RATIO < 2**32
-        and int.from_bytes(compressed[-4:], "little") == expected_size
-    )
-    if provable:
-        try:
-            return pa.decompress(compressed, decompressed_size=expected_size, codec="gzip", asbytes=False)
-        except (OSError, pa.ArrowException):
-            pass
-    return inflate_chunk(ChunkSpan(io.BytesIO(compressed), 0, len(compressed)), max_bytes)
-
-
 def _records_of_chunk(compressed: bytes, row: dict, max_bytes: int) -> np.ndarray:
-    """The chunk's records as an (n, record_size) uint8 array, verified against the index."""
+    """The chunk's records as an (n, record_size) uint8 array, verified against the index.
+
+    The streaming inflater (every member, CRC checked, bounded by max_bytes): the path that names what is
+    wrong with a chunk the native kernel declined or found broken.
+    """
     size, n = row["record_size"], row["num_records"]
     if len(compressed) < row["length"]:
         raise ChunkError("truncated", f"source ends after {len(compressed)} of the chunk's {row['length']} bytes")
-    payload = _inflate_expected(compressed, n * size, max_bytes)
+    payload = inflate_chunk(ChunkSpan(io.BytesIO(compressed), 0, len(compressed)), max_bytes)
     if len(payload) != n * size:
         raise ChunkError("count_mismatch",
                          f"inflated to {len(payload)} bytes = {len(payload) / size:g} records, index says {n}")
