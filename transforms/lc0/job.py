@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindows
 
 from shardmill.transforms.common.discovery import ERRORS, SOURCE_STATS
 from shardmill.transforms.common.keyed_hash import fingerprint
+from shardmill.transforms.common.ordered_pool import OrderedPool
 from shardmill.transforms.common.progress import ProgressLog
 from shardmill.transforms.common.spill import write_spill
 from shardmill.transforms.job import JobOutputs
 from shardmill.transforms.lc0.count import index_inputs
 from shardmill.transforms.lc0.index_cache import IndexCache
-from shardmill.transforms.lc0.loading import load_task
+from shardmill.transforms.lc0.loading import LoadedTask, load_task
 from shardmill.transforms.lc0.plan import (MAX_TASK_BYTES, WRITE_LESS, GlobalDecisions, decide, final_stats,
                                            merge_stats, plan_table, read_tasks, summarize_sources)
 from shardmill.transforms.lc0.sampling import SamplingParams
@@ -31,31 +34,67 @@ _LOG = logging.getLogger(__name__)
 LOAD_STATS = "load_stats"
 
 
+# Read tasks loaded and spilled at once per worker: spilling (LZ4) is serial within a task, so a
+# second task keeps the other core busy meanwhile.
+LOAD_TASKS_AT_ONCE = min(2, os.cpu_count() or 1)
+
+
 class _LoadTasksFn(beam.DoFn):
-    """Loads a read task and spills its per-shard batches; emits (shard, spill ref) pairs."""
+    """Loads read tasks and spills their per-shard batches, LOAD_TASKS_AT_ONCE at a time.
+
+    Emits (shard, spill ref) pairs, the tasks' dead letters and load stats,
+    task by task in the order the tasks arrived.
+    """
 
     def __init__(self, paths: RunPaths):
         self._paths = paths
         self._progress = ProgressLog(paths.progress_dir)
         self._records = Metrics.counter("shardmill.load", "records")
         self._errors = Metrics.counter("shardmill.load", "errors")
+        self._pool = OrderedPool(LOAD_TASKS_AT_ONCE)
 
-    def process(self, task):
+    def setup(self):
+        self._pool.start()
+
+    def start_bundle(self):
+        self._pool.reset()
+
+    def _load_and_spill(self, task) -> tuple[LoadedTask, list]:
         loaded = load_task(task)
-        for dead in loaded.dead_letters:
-            self._errors.inc()
-            yield beam.pvalue.TaggedOutput(ERRORS, dead.to_dict())
-        yield beam.pvalue.TaggedOutput(LOAD_STATS, {"load": {
-            "chunks_loaded": loaded.chunks_loaded,
-            "uses_written": loaded.uses_written,
-            "records_written": loaded.records_written,
-        }})
         first = task.chunks.slice(0, 1).to_pylist()[0]
         name = f"task-{fingerprint(task.source):016x}-{first['chunk']:08d}-{first['emit_start']:012d}.arrow"
         self._paths.check_live()
-        yield from write_spill(f"{self._paths.spill_dir}/{name}", loaded.batches)
-        self._records.inc(loaded.records_written)
+        refs = write_spill(f"{self._paths.spill_dir}/{name}", loaded.batches)
+        loaded.batches = {}  # spilled: the frames need not wait for the bundle thread
         self._progress.record("load", tasks=1, records=loaded.records_written)
+        return loaded, refs
+
+    def _outputs(self, loaded: LoadedTask, refs: list) -> list:
+        # Counters belong to the bundle's thread (Beam keeps them per thread), so they count here.
+        self._errors.inc(len(loaded.dead_letters))
+        self._records.inc(loaded.records_written)
+        stats = {"load": {
+            "chunks_loaded": loaded.chunks_loaded,
+            "uses_written": loaded.uses_written,
+            "records_written": loaded.records_written,
+        }}
+        return ([beam.pvalue.TaggedOutput(ERRORS, dead.to_dict()) for dead in loaded.dead_letters]
+                + [beam.pvalue.TaggedOutput(LOAD_STATS, stats)] + refs)
+
+    def process(self, task):
+        for loaded, refs in self._pool.submit(self._load_and_spill, task):
+            yield from self._outputs(loaded, refs)
+
+    def finish_bundle(self):
+        for loaded, refs in self._pool.drain():
+            for output in self._outputs(loaded, refs):
+                if isinstance(output, beam.pvalue.TaggedOutput):
+                    yield beam.pvalue.TaggedOutput(output.tag, GlobalWindows.windowed_value(output.value))
+                else:
+                    yield GlobalWindows.windowed_value(output)
+
+    def teardown(self):
+        self._pool.stop()
 
 
 def _record(decisions: GlobalDecisions) -> dict:

@@ -17,8 +17,6 @@ commits (transforms/output/lifecycle.py).
 
 from __future__ import annotations
 
-import collections
-import concurrent.futures
 import logging
 import os
 import time
@@ -28,6 +26,7 @@ import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
 
 from shardmill.transforms.common.dead_letter import write_dead_letters
+from shardmill.transforms.common.ordered_pool import OrderedPool
 from shardmill.transforms.common.progress import ProgressLog
 from shardmill.transforms.common.spill import read_spilled
 from shardmill.transforms.output.contract import ERRORS_NAME, generation_dir_name
@@ -53,12 +52,13 @@ class _WriteShardFn(beam.DoFn):
         self._format = shard_format
         self._row_group_bytes = row_group_bytes
         self._zstd_level = zstd_level
+        self._pool = OrderedPool(WRITE_THREADS)
 
     def setup(self):
-        self._pool = concurrent.futures.ThreadPoolExecutor(WRITE_THREADS)
+        self._pool.start()
 
     def start_bundle(self):
-        self._pending = collections.deque()
+        self._pool.reset()
 
     def _write(self, shard: int, refs: list, num_shards: int, record: dict) -> dict:
         self._paths.check_live()
@@ -73,18 +73,14 @@ class _WriteShardFn(beam.DoFn):
     def process(self, shard_and_refs, num_shards, record):
         shard, refs = shard_and_refs
         refs = [r for r in refs if r is not None]
-        self._pending.append(self._pool.submit(self._write, shard, refs, num_shards, record))
-        while len(self._pending) > WRITE_THREADS:
-            yield self._pending.popleft().result()
+        yield from self._pool.submit(self._write, shard, refs, num_shards, record)
 
     def finish_bundle(self):
-        while self._pending:
-            yield GlobalWindows.windowed_value(self._pending.popleft().result())
+        for entry in self._pool.drain():
+            yield GlobalWindows.windowed_value(entry)
 
     def teardown(self):
-        # A finished bundle has no writes left (finish_bundle waits for them); an abandoned one (a signal, a
-        # failed step) must not wait here for writes nobody will commit.
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.stop()
 
 
 def _finalize(shards, record, dead_letters, parts, paths: RunPaths, shard_format: ShardFormat, config_text: str,
