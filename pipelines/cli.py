@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import gc
 import json
 import logging
 import os
@@ -163,6 +164,9 @@ def _run(args, beam_args) -> int:
         raise config_lib.ConfigError("output.path: an output directory is required (config or --output)")
     from shardmill.pipelines import run_job as run_lib  # Beam graph code, imported on use
 
+    # The ~140,000 objects of the imported modules live as long as the process: out of the cyclic collector's
+    # sight, its passes during the run no longer walk them (collecting was 3.6% of a sampled lc0 run's CPU).
+    gc.freeze()
     if args.dry_run:
         print(run_lib.dry_run(config, _pipeline_options(beam_args)))
         return 0
