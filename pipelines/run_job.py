@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 import signal
 import threading
 import time
@@ -223,8 +224,11 @@ def dry_run(config: JobConfig, options: PipelineOptions, graph_depth: int = 2) -
     check_overwrite(output_dir, lifecycle.read_committed(output_dir), config.output.overwrite)
     plan = kind.plan(config, inputs, is_local_run(options))
     p = beam.Pipeline(runner=local_runner(options), options=options)  # never run: no runner is contacted
-    build_graph(p, config, plan, RunPaths(output_dir, "dry-run", 1))
-    graph = p.to_runner_api()  # pickles every DoFn, as a submission would
+    try:
+        build_graph(p, config, plan, RunPaths(output_dir, "dry-run", 1))
+        graph = p.to_runner_api()  # pickles every DoFn, as a submission would
+    finally:  # Beam removes a pipeline's temporary directory only when it runs
+        shutil.rmtree(p.local_tempdir, ignore_errors=True)
     runner = options.view_as(StandardOptions).runner or "DirectRunner"
     summary = (f"dry run: {kind.name} job, {len(graph.components.transforms)} transforms, {len(inputs)} input "
                f"pattern(s), output {output_dir}, runner {runner}; graph built and serialized, nothing submitted")

@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -510,10 +511,13 @@ def test_pandas_pyarrow_polars_and_duckdb_read_the_directory_during_a_run(output
 
 
 @pytest.mark.slow
-def test_dry_run_builds_every_job_kind_and_checks_its_inputs(lc0_dataset, tmp_path, capsys):
+def test_dry_run_builds_every_job_kind_and_checks_its_inputs(lc0_dataset, tmp_path, capsys, monkeypatch):
     from tests.datagen.megatron import write_indexed_dataset
 
     directory, _ = lc0_dataset
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     events = tmp_path / "events"
     events.mkdir()
     (events / "day.csv").write_text("id,clicked\n1,0\n2,1\n")
@@ -529,6 +533,7 @@ def test_dry_run_builds_every_job_kind_and_checks_its_inputs(lc0_dataset, tmp_pa
         assert cli.main(["run", "--config", str(config), "--dry-run"]) == 0, capsys.readouterr().err
         assert f"dry run: {kind} job" in capsys.readouterr().out
         assert not os.path.exists(tmp_path / kind)  # nothing written
+        assert os.listdir(temp) == []  # nor left in the temporary directory (Beam makes one per pipeline)
     missing = tmp_path / "missing.textproto"
     missing.write_text(f'token_dataset {{ path_prefix: "{tmp_path / "nope"}" seq_length: 8 }}\n'
                        f'output {{ path: "{tmp_path / "o"}" }}')
