@@ -4,8 +4,8 @@
 
 A corpus like the held-out one (32 archives of 150 games: ~4,800 chunks, ~700k records); each workload is
 run by `run_job` in a fresh process on the in-process runner with one worker, so bundles run one after
-another and each stage's wall time is its own. Each stage's DoFn (or function) is wrapped with a timer that
-also drains its outputs, so the time of what consumes them is not counted in it:
+another. Each stage's DoFn (or function) is wrapped with a timer that also drains its outputs, so the time
+of what consumes them is not counted in it:
 
 - discovery: listing and batching the files;
 - index: indexing the sources (index cache off: every source read);
@@ -15,6 +15,10 @@ also drains its outputs, so the time of what consumes them is not counted in it:
 - write: reading the spills back and writing the Parquet shards;
 - other: the rest of the run's wall time (Python and Beam start-up, graph construction, Beam's own work
   between stages, claim, commit).
+
+Each stage's seconds are the wall time its intervals cover: read tasks are loaded and spilled two at a
+time and shards written two at a time, so load and spill overlap each other (their seconds can add up
+to more than the time both took), while "other" is the time no stage covers.
 
 Prints one JSON object: seconds per stage and workload (median of the rounds) and each stage's share.
 """
@@ -53,13 +57,14 @@ from shardmill.transforms.common import discovery
 from shardmill.transforms.lc0 import index_transforms, job
 from shardmill.transforms.output import sharded_output
 
-# Beam pickles the functions it is handed (a closure's dict would be a copy): the stages' seconds are kept
-# on a module every copy reaches by reference.
-builtins.shardmill_stage_seconds = spent = {}
+# Beam pickles the functions it is handed (a closure's dict would be a copy): the stages' intervals are kept
+# on a module every copy reaches by reference. Stages run on several threads (two read tasks at once, two
+# shards at once) and overlap, so a stage's time is the wall time covered by its intervals.
+builtins.shardmill_stage_intervals = intervals = []
 
 
-def add(stage, seconds):
-    builtins.shardmill_stage_seconds[stage] = builtins.shardmill_stage_seconds.get(stage, 0.0) + seconds
+def add(stage, began):
+    builtins.shardmill_stage_intervals.append((stage, began, time.perf_counter()))
 
 def timed_method(cls, name, stage):
     original = getattr(cls, name)
@@ -67,7 +72,7 @@ def timed_method(cls, name, stage):
         t = time.perf_counter()
         out = original(self, *args, **kwargs)
         out = list(out) if out is not None else None
-        add(stage, time.perf_counter() - t)
+        add(stage, t)
         return out
     setattr(cls, name, wrapper)
 
@@ -78,9 +83,17 @@ def timed_function(module, name, stage, drain=False):
         out = original(*args, **kwargs)
         if drain:
             out = list(out)
-        add(stage, time.perf_counter() - t)
+        add(stage, t)
         return out
     setattr(module, name, wrapper)
+
+def covered(spans):
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
 
 timed_method(discovery._ListInputFn, "process", "discovery")
 timed_method(discovery._BatchFilesFn, "process", "discovery")
@@ -91,13 +104,16 @@ for name in ("summarize_sources", "decide", "plan_table"):
 timed_function(job, "read_tasks", "plan", drain=True)
 timed_function(job, "load_task", "load (inflate)")
 timed_function(job, "write_spill", "spill", drain=True)
-timed_method(sharded_output._WriteShardFn, "process", "write")
+timed_method(sharded_output._WriteShardFn, "_write", "write")
 
 data, out, extra = sys.argv[2], sys.argv[3], sys.argv[4]
 config = validate(parse_config(f'input: "{data}"\nmax_error_fraction: 1\noutput {{ overwrite: true }}\n{extra}'))
 run_job(config, [data], out, PipelineOptions(["--direct_num_workers=1"]))
 total = time.perf_counter() - start
-spent["other"] = total - sum(spent.values())
+spent = {}
+for stage in dict.fromkeys(stage for stage, _, _ in intervals):
+    spent[stage] = covered([(a, b) for s, a, b in intervals if s == stage])
+spent["other"] = total - covered([(a, b) for _, a, b in intervals])
 spent["total"] = total
 print(json.dumps(spent))
 """
