@@ -66,12 +66,13 @@ builtins.shardmill_stage_intervals = intervals = []
 def add(stage, began):
     builtins.shardmill_stage_intervals.append((stage, began, time.perf_counter()))
 
-def timed_method(cls, name, stage):
+def timed_method(cls, name, stage, drain=True):
     original = getattr(cls, name)
     def wrapper(self, *args, **kwargs):
         t = time.perf_counter()
         out = original(self, *args, **kwargs)
-        out = list(out) if out is not None else None
+        if drain and out is not None:
+            out = list(out)
         add(stage, t)
         return out
     setattr(cls, name, wrapper)
@@ -104,7 +105,7 @@ for name in ("summarize_sources", "decide", "plan_table"):
 timed_function(job, "read_tasks", "plan", drain=True)
 timed_function(job, "load_task", "load (inflate)")
 timed_function(job, "write_spill", "spill", drain=True)
-timed_method(sharded_output._WriteShardFn, "_write", "write")
+timed_method(sharded_output._WriteShardFn, "_write", "write", drain=False)
 
 data, out, extra = sys.argv[2], sys.argv[3], sys.argv[4]
 config = validate(parse_config(f'input: "{data}"\nmax_error_fraction: 1\noutput {{ overwrite: true }}\n{extra}'))
