@@ -28,6 +28,7 @@ import uuid
 _LOG = logging.getLogger(__name__)
 
 STAGES = ("index", "load", "sample", "samples", "write")
+_OPENING = threading.Lock()
 
 
 class ProgressLog:
@@ -47,9 +48,12 @@ class ProgressLog:
         line = json.dumps({"stage": stage, "t": round(time.time(), 3), **counts}) + "\n"
         try:
             if self._file is None:
-                self._lock = threading.Lock()
-                # Never creates the directory: a discarded run's staging must stay gone.
-                self._file = open(os.path.join(self._directory, f"{os.getpid()}-{uuid.uuid4().hex}.jsonl"), "a")
+                with _OPENING:  # a DoFn's threads may record their first counts at once: one file, one lock
+                    if self._file is None:
+                        self._lock = threading.Lock()
+                        # Never creates the directory: a discarded run's staging must stay gone.
+                        self._file = open(os.path.join(self._directory, f"{os.getpid()}-{uuid.uuid4().hex}.jsonl"),
+                                          "a")
             with self._lock:
                 self._file.write(line)
                 self._file.flush()

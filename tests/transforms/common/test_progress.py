@@ -3,6 +3,7 @@
 import json
 import os
 import pickle
+import threading
 
 from shardmill.transforms.common.progress import ProgressLog, ProgressPrinter, format_stage, read_progress
 
@@ -69,3 +70,24 @@ def test_label_and_token_jobs_report_their_sampling_stages():
         "sample: 3 partitions, 50,000 records, 25 of 100 MiB (25%), 5,000 records/s, ETA 0:30"
     samples = {"first_t": 0, "last_t": 4, "ranges": 2, "samples": 1000, "total_samples": 2000}
     assert format_stage("samples", samples) == "samples: 2 ranges, 1,000 of 2,000 samples (50%), 250 samples/s, ETA 0:04"
+
+
+def test_threads_recording_at_once_share_one_file_and_every_count_arrives(tmp_path):
+    for attempt in range(10):  # the first record() of each log is where threads race
+        directory = tmp_path / str(attempt)
+        directory.mkdir()
+        log = ProgressLog(str(directory))
+        start = threading.Barrier(8)
+
+        def record():
+            start.wait()
+            for _ in range(10):
+                log.record("load", tasks=1)
+
+        threads = [threading.Thread(target=record) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(os.listdir(directory)) == 1
+        assert read_progress(str(directory))["load"]["tasks"] == 80
