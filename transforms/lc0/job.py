@@ -34,24 +34,25 @@ _LOG = logging.getLogger(__name__)
 LOAD_STATS = "load_stats"
 
 
-# Read tasks loaded and spilled at once per worker: spilling (LZ4) is serial within a task, so a
-# second task keeps the other core busy meanwhile.
-LOAD_TASKS_AT_ONCE = min(2, os.cpu_count() or 1)
+# Read tasks loaded and spilled at once by a local run's worker: spilling (LZ4) is serial within a
+# task, so a second task keeps the other core busy meanwhile. A cluster's runner already runs as many
+# bundles as its workers have threads; there a second task in flight would only double the memory.
+LOCAL_LOAD_TASKS_AT_ONCE = min(2, os.cpu_count() or 1)
 
 
 class _LoadTasksFn(beam.DoFn):
-    """Loads read tasks and spills their per-shard batches, LOAD_TASKS_AT_ONCE at a time.
+    """Loads read tasks and spills their per-shard batches, `tasks_at_once` at a time.
 
     Emits (shard, spill ref) pairs, the tasks' dead letters and load stats,
     task by task in the order the tasks arrived.
     """
 
-    def __init__(self, paths: RunPaths):
+    def __init__(self, paths: RunPaths, tasks_at_once: int):
         self._paths = paths
         self._progress = ProgressLog(paths.progress_dir)
         self._records = Metrics.counter("shardmill.load", "records")
         self._errors = Metrics.counter("shardmill.load", "errors")
-        self._pool = OrderedPool(LOAD_TASKS_AT_ONCE)
+        self._pool = OrderedPool(tasks_at_once)
 
     def setup(self):
         self._pool.start()
@@ -120,6 +121,7 @@ class Lc0Plan:
     params: SamplingParams
     sizing: ShardSizing
     index_cache: IndexCache | None = None
+    load_tasks_at_once: int = 1  # read tasks one worker loads and spills at once
 
 
 class Lc0Job(beam.PTransform):
@@ -161,7 +163,7 @@ class Lc0Job(beam.PTransform):
                 lambda table, n, limit: read_tasks(table.used, params, n, MAX_TASK_BYTES, limit),
                 beam.pvalue.AsSingleton(num_shards), plan.max_chunk_bytes)
             | "SpreadTasks" >> beam.Reshuffle()
-            | "Load" >> beam.ParDo(_LoadTasksFn(self._paths)).with_outputs(ERRORS, LOAD_STATS, main="refs")
+            | "Load" >> beam.ParDo(_LoadTasksFn(self._paths, plan.load_tasks_at_once)).with_outputs(ERRORS, LOAD_STATS, main="refs")
         )
         plan_errors = planned | "PlanErrors" >> beam.FlatMap(lambda table: [d.to_dict() for d in table.dead_letters])
         plan_stats = (

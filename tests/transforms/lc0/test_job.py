@@ -1,0 +1,78 @@
+"""The lc0 job's load step: read tasks loaded and spilled side by side, emitted in the order they came."""
+
+import os
+import threading
+import time
+
+import apache_beam as beam
+import pyarrow as pa
+from apache_beam.utils.windowed_value import WindowedValue
+
+from shardmill.pipelines.config import parse_config
+from shardmill.pipelines.jobs import job_kind
+from shardmill.transforms.common.dead_letter import DeadLetter
+from shardmill.transforms.common.discovery import ERRORS
+from shardmill.transforms.lc0 import job
+from shardmill.transforms.lc0.loading import LoadedTask
+
+
+class _Paths:
+    progress_dir = None
+    spill_dir = "/spill"
+
+    def check_live(self):
+        pass
+
+
+class _Task:
+    def __init__(self, number: int):
+        self.source = f"archive-{number}.tar"
+        self.chunks = pa.table({"chunk": [number], "emit_start": [0]})
+
+
+def _unwrapped(output):
+    """(tag or None, value) of a DoFn output, from process (bare) or finish_bundle (windowed)."""
+    tag = output.tag if isinstance(output, beam.pvalue.TaggedOutput) else None
+    value = output.value if tag else output
+    return tag, value.value if isinstance(value, WindowedValue) else value
+
+
+def test_tasks_loaded_at_once_are_emitted_in_arrival_order_with_their_dead_letters_and_stats(monkeypatch):
+    delays = [0.2, 0.0, 0.1, 0.0, 0.05]  # later tasks finish first
+    running, peak, lock = [0], [0], threading.Lock()
+
+    def load(task):
+        number = int(task.source.split("-")[1].split(".")[0])
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(delays[number])
+        with lock:
+            running[0] -= 1
+        dead = [DeadLetter(task.source, "load", "corrupt", "bad", "m", 1)] if number % 2 else []
+        return LoadedTask({0: object()}, dead, chunks_loaded=1, uses_written=1, records_written=number)
+
+    monkeypatch.setattr(job, "load_task", load)
+    monkeypatch.setattr(job, "write_spill", lambda path, batches: [(0, (os.path.basename(path), 0))])
+    load_fn = job._LoadTasksFn(_Paths(), 2)
+    load_fn.setup()
+    load_fn.start_bundle()
+    outputs = [o for number in range(5) for o in load_fn.process(_Task(number))]
+    outputs += list(load_fn.finish_bundle())
+    load_fn.teardown()
+
+    outputs = [_unwrapped(o) for o in outputs]
+    refs = [value[1][0] for tag, value in outputs if tag is None]
+    assert [name.split("-")[2] for name in refs] == [f"{n:08d}" for n in range(5)]  # arrival order
+    stats = [value["load"]["records_written"] for tag, value in outputs if tag == job.LOAD_STATS]
+    assert stats == [0, 1, 2, 3, 4]
+    dead = [value["path"] for tag, value in outputs if tag == ERRORS]
+    assert dead == ["archive-1.tar", "archive-3.tar"]
+    assert peak[0] == 2
+
+
+def test_a_local_run_loads_two_tasks_at_once_a_cluster_one():
+    kind = job_kind(parse_config(""))
+    config = parse_config('input: "/data"')
+    assert kind.plan(config, ["/data"], local_run=True).load_tasks_at_once == min(2, os.cpu_count())
+    assert kind.plan(config, ["/data"], local_run=False).load_tasks_at_once == 1
