@@ -88,14 +88,17 @@ class _LoadTasksFn(beam.DoFn):
 
     def finish_bundle(self):
         for loaded, refs in self._pool.drain():
-            for output in self._outputs(loaded, refs):
-                if isinstance(output, beam.pvalue.TaggedOutput):
-                    yield beam.pvalue.TaggedOutput(output.tag, GlobalWindows.windowed_value(output.value))
-                else:
-                    yield GlobalWindows.windowed_value(output)
+            yield from (_in_global_window(output) for output in self._outputs(loaded, refs))
 
     def teardown(self):
         self._pool.stop()
+
+
+def _in_global_window(output):
+    """An output of finish_bundle, which must carry its window (tagged ones inside their tag)."""
+    if isinstance(output, beam.pvalue.TaggedOutput):
+        return beam.pvalue.TaggedOutput(output.tag, GlobalWindows.windowed_value(output.value))
+    return GlobalWindows.windowed_value(output)
 
 
 def _record(decisions: GlobalDecisions) -> dict:
@@ -163,7 +166,8 @@ class Lc0Job(beam.PTransform):
                 lambda table, n, limit: read_tasks(table.used, params, n, MAX_TASK_BYTES, limit),
                 beam.pvalue.AsSingleton(num_shards), plan.max_chunk_bytes)
             | "SpreadTasks" >> beam.Reshuffle()
-            | "Load" >> beam.ParDo(_LoadTasksFn(self._paths, plan.load_tasks_at_once)).with_outputs(ERRORS, LOAD_STATS, main="refs")
+            | "Load" >> beam.ParDo(_LoadTasksFn(self._paths, plan.load_tasks_at_once)).with_outputs(
+                ERRORS, LOAD_STATS, main="refs")
         )
         plan_errors = planned | "PlanErrors" >> beam.FlatMap(lambda table: [d.to_dict() for d in table.dead_letters])
         plan_stats = (
