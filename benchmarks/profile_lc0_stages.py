@@ -66,27 +66,16 @@ builtins.shardmill_stage_intervals = intervals = []
 def add(stage, began):
     builtins.shardmill_stage_intervals.append((stage, began, time.perf_counter()))
 
-def timed_method(cls, name, stage, drain=True):
-    original = getattr(cls, name)
-    def wrapper(self, *args, **kwargs):
+def timed_function(owner, name, stage, drain=False):  # a module's function or a class's method (self in *args)
+    original = getattr(owner, name)
+    def wrapper(*args, **kwargs):
         t = time.perf_counter()
-        out = original(self, *args, **kwargs)
+        out = original(*args, **kwargs)
         if drain and out is not None:
             out = list(out)
         add(stage, t)
         return out
-    setattr(cls, name, wrapper)
-
-def timed_function(module, name, stage, drain=False):
-    original = getattr(module, name)
-    def wrapper(*args, **kwargs):
-        t = time.perf_counter()
-        out = original(*args, **kwargs)
-        if drain:
-            out = list(out)
-        add(stage, t)
-        return out
-    setattr(module, name, wrapper)
+    setattr(owner, name, wrapper)
 
 def covered(spans):
     total, end = 0.0, float("-inf")
@@ -96,16 +85,16 @@ def covered(spans):
             end = b
     return total
 
-timed_method(discovery._ListInputFn, "process", "discovery")
-timed_method(discovery._BatchFilesFn, "process", "discovery")
-timed_method(discovery._BatchFilesFn, "finish_bundle", "discovery")
-timed_method(index_transforms._IndexFilesFn, "process", "index")
+timed_function(discovery._ListInputFn, "process", "discovery", drain=True)
+timed_function(discovery._BatchFilesFn, "process", "discovery", drain=True)
+timed_function(discovery._BatchFilesFn, "finish_bundle", "discovery", drain=True)
+timed_function(index_transforms._IndexFilesFn, "process", "index", drain=True)
 for name in ("summarize_sources", "decide", "plan_table"):
     timed_function(job, name, "plan")
 timed_function(job, "read_tasks", "plan", drain=True)
 timed_function(job, "load_task", "load (inflate)")
 timed_function(job, "write_spill", "spill", drain=True)
-timed_method(sharded_output._WriteShardFn, "_write", "write", drain=False)
+timed_function(sharded_output._WriteShardFn, "_write", "write")
 
 data, out, extra = sys.argv[2], sys.argv[3], sys.argv[4]
 config = validate(parse_config(f'input: "{data}"\nmax_error_fraction: 1\noutput {{ overwrite: true }}\n{extra}'))
