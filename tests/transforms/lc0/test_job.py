@@ -26,6 +26,7 @@ class _Paths:
 
 class _Task:
     def __init__(self, number: int):
+        self.number = number
         self.source = f"archive-{number}.tar"
         self.chunks = pa.table({"chunk": [number], "emit_start": [0]})
 
@@ -42,7 +43,7 @@ def test_tasks_loaded_at_once_are_emitted_in_arrival_order_with_their_dead_lette
     running, peak, lock = [0], [0], threading.Lock()
 
     def load(task):
-        number = int(task.source.split("-")[1].split(".")[0])
+        number = task.number
         with lock:
             running[0] += 1
             peak[0] = max(peak[0], running[0])
