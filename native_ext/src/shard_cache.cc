@@ -310,7 +310,10 @@ arrow::Result<ShardCache::Outcome> ShardCache::Download(int64_t index, bool need
   struct Reservation {
     ShardCache* cache;
     const ShardFile& shard;
-    ~Reservation() { cache->Unreserve(shard.sha256, shard.bytes); }
+    bool committed = false;
+    ~Reservation() {
+      if (!committed) cache->Unreserve(shard.sha256, shard.bytes);
+    }
   } reservation{this, shard};
   const std::string part = PathOf(index, ".part");
   Descriptor file(open(part.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
@@ -345,10 +348,8 @@ arrow::Result<ShardCache::Outcome> ShardCache::Download(int64_t index, bool need
                                            total == shard.bytes ? "SHA-256" : "size", ")"));
   }
   const std::string path = PathOf(index, ".parquet");
-  if (rename(part.c_str(), path.c_str()) != 0) {
-    unlink(part.c_str());
-    return Outcome::kUncached;
-  }
+  if (!CommitDownload(shard, part, path)) return Outcome::kUncached;
+  reservation.committed = true;
   struct stat info {};
   if (fstat(file.get(), &info) != 0) return Outcome::kUncached;
   *identity = {true, info.st_dev, info.st_ino};
@@ -363,6 +364,17 @@ void ShardCache::Unreserve(const std::string& key, int64_t bytes) {
   std::lock_guard<std::mutex> room(room_mutex_);
   downloading_.erase(key);
   reserved_ -= bytes;
+}
+
+bool ShardCache::CommitDownload(const ShardFile& shard, const std::string& part, const std::string& path) {
+  // The rename and the end of the reservation under one lock: a download counts once when another is
+  // making room, as the reservation before the rename and as a cached file after it, never as both.
+  std::lock_guard<std::mutex> room(room_mutex_);
+  downloading_.erase(shard.sha256);
+  reserved_ -= shard.bytes;
+  if (rename(part.c_str(), path.c_str()) == 0) return true;
+  unlink(part.c_str());
+  return false;
 }
 
 bool ShardCache::Reserve(const std::string& key, int64_t bytes, bool needed) {

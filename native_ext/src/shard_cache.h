@@ -105,6 +105,9 @@ class ShardCache {
   // when they do not fit, unless `needed`.
   bool Reserve(const std::string& key, int64_t bytes, bool needed);
   void Unreserve(const std::string& key, int64_t bytes);
+  // Renames a finished download's `part` to `path` and ends its reservation; false (and `part` removed)
+  // when the rename fails.
+  bool CommitDownload(const ShardFile& shard, const std::string& part, const std::string& path);
   // Evicts unheld files until `bytes` more than the reserved ones fit; whether they do.
   bool MakeRoomLocked(int64_t bytes);
   // The next planned shard to fetch ahead, or -1.

@@ -146,7 +146,10 @@ TEST(ShardCache, FetchesThePlanAheadOfTheReaderUpToItsBound) {
   auto cache = MakeCache(dir, data, data.shards[0].bytes + data.shards[1].bytes + data.shards[2].bytes / 2);
   ASSERT_TRUE(cache->Start().ok());
   cache->Plan({0, 1, 2, 3});
-  for (int i = 0; i < 200 && cache->stats().downloads < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);  // a loaded CI machine
+  while (cache->stats().downloads < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   cache->Stop();
   EXPECT_EQ(cache->stats().downloads, 2);  // the first two fit; held, they are not evicted for the rest
