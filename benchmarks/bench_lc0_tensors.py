@@ -37,9 +37,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from shardmill.native_ext import Lc0Tensors, OrderOptions, ReadOptions, ShardReader  # noqa: E402
 from shardmill.native_ext.kernels import lc0_tensors  # noqa: E402
-from tests.support import reference_lc0_tensors as ref  # noqa: E402
 from tests.datagen.lc0 import shuffled_v6_frames  # noqa: E402
 from tests.datagen.shards import write_output  # noqa: E402
+from tests.support import reference_lc0_tensors as ref  # noqa: E402
 
 BATCH = 256
 WIDTH = 8356

@@ -34,7 +34,7 @@ from shardmill.transforms.common.progress import ProgressPrinter
 from shardmill.transforms.output import lifecycle
 from shardmill.transforms.output.claim import OutputClaim
 from shardmill.transforms.output.lifecycle import OutputExistsError, RunPaths  # noqa: F401  (re-exported)
-from shardmill.transforms.output.sharded_output import WriteShardedOutput
+from shardmill.transforms.output.sharded_output import LOCAL_SHARDS_AT_ONCE, WriteShardedOutput
 
 _LOG = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def signals_deferred(reraise: bool = True):
             _LOG.warning("%s arrived while committing; the commit completed", signal.Signals(received[0]).name)
 
 
-def build_graph(p: beam.Pipeline, config: JobConfig, plan, paths: RunPaths) -> None:
+def build_graph(p: beam.Pipeline, config: JobConfig, plan, paths: RunPaths, local_run: bool) -> None:
     """Adds the job of the config's kind (planned by its JobKind.plan), and the shared ending, to a pipeline."""
     started_at = time.time()
     kind = job_kind(config)
@@ -110,7 +110,7 @@ def build_graph(p: beam.Pipeline, config: JobConfig, plan, paths: RunPaths) -> N
         | "Output" >> WriteShardedOutput(
             paths, kind.shard_format(config, plan), row_group_bytes=config.output.row_group_bytes,
             zstd_level=config.output.zstd_level, config_text=text_format.MessageToString(config),
-            seed=config.seed, started_at=started_at,
+            seed=config.seed, started_at=started_at, shards_at_once=LOCAL_SHARDS_AT_ONCE if local_run else 1,
         )
     )
 
@@ -169,7 +169,7 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
         except OSError as err:
             raise _cannot_write(output_dir, err) from None
         p = make_pipeline(options)
-        build_graph(p, config, plan, paths)
+        build_graph(p, config, plan, paths, is_local_run(options))
         progress = ProgressPrinter(paths.progress_dir) if paths.progress_dir else None
         try:
             if progress:
@@ -225,7 +225,7 @@ def dry_run(config: JobConfig, options: PipelineOptions, graph_depth: int = 2) -
     plan = kind.plan(config, inputs, is_local_run(options))
     p = beam.Pipeline(runner=local_runner(options), options=options)  # never run: no runner is contacted
     try:
-        build_graph(p, config, plan, RunPaths(output_dir, "dry-run", 1))
+        build_graph(p, config, plan, RunPaths(output_dir, "dry-run", 1), is_local_run(options))
         graph = p.to_runner_api()  # pickles every DoFn, as a submission would
     finally:  # Beam removes a pipeline's temporary directory only when it runs
         shutil.rmtree(p.local_tempdir, ignore_errors=True)

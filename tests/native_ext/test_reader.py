@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardmill import native_ext
-from shardmill.native_ext import (Lc0Tensors, OrderOptions, OutputError, ReadOptions, ShardOptions, ShardReader)
+from shardmill.native_ext import Lc0Tensors, OrderOptions, OutputError, ReadOptions, ShardOptions, ShardReader
 from shardmill.transforms.common import keyed_hash
 from shardmill.transforms.lc0.record_format import V6_DTYPE
 from tests.datagen.shards import extra_values, frame_bytes, write_output

@@ -35,24 +35,27 @@ from shardmill.transforms.output.manifest import build_manifest
 from shardmill.transforms.output.shard_format import ShardFormat, write_shard_file
 
 _LOG = logging.getLogger(__name__)
-WRITE_THREADS = min(2, os.cpu_count() or 1)  # shards written at once per worker
+# Shards one worker writes at once on a local run. A cluster's runner already runs a bundle per harness
+# thread, where a second shard in flight would only double each thread's memory.
+LOCAL_SHARDS_AT_ONCE = min(2, os.cpu_count() or 1)
 
 
 class _WriteShardFn(beam.DoFn):
-    """Writes shards, up to WRITE_THREADS at a time within a bundle.
+    """Writes shards, up to `shards_at_once` at a time within a bundle.
 
     pyarrow's Parquet encoding and zstd release the GIL, so a worker with
     several shards in its bundle keeps more than one core busy; entries are
     emitted as writes finish, and all of them by the end of the bundle.
     """
 
-    def __init__(self, paths: RunPaths, shard_format: ShardFormat, row_group_bytes: int, zstd_level: int):
+    def __init__(self, paths: RunPaths, shard_format: ShardFormat, row_group_bytes: int, zstd_level: int,
+                 shards_at_once: int):
         self._paths = paths
         self._progress = ProgressLog(paths.progress_dir)
         self._format = shard_format
         self._row_group_bytes = row_group_bytes
         self._zstd_level = zstd_level
-        self._pool = OrderedPool(WRITE_THREADS)
+        self._pool = OrderedPool(shards_at_once)
 
     def setup(self):
         self._pool.start()
@@ -113,7 +116,7 @@ class WriteShardedOutput(beam.PTransform):
     """Shuffle (group spill refs by shard) → write each shard → prepare the manifest."""
 
     def __init__(self, paths: RunPaths, shard_format: ShardFormat, *, row_group_bytes: int, zstd_level: int,
-                 config_text: str, seed: int, started_at: float):
+                 config_text: str, seed: int, started_at: float, shards_at_once: int = 1):
         super().__init__()
         self._paths = paths
         self._format = shard_format
@@ -122,6 +125,7 @@ class WriteShardedOutput(beam.PTransform):
         self._config_text = config_text
         self._seed = seed
         self._started_at = started_at
+        self._shards_at_once = shards_at_once
 
     def expand(self, job):
         num_shards = beam.pvalue.AsSingleton(job["num_shards"])
@@ -136,7 +140,7 @@ class WriteShardedOutput(beam.PTransform):
             | "AsShardPairs" >> beam.Map(lambda kv: kv).with_output_types(typing.Tuple[int, typing.Any])
             | "Shuffle" >> beam.GroupByKey()
             | "Write" >> beam.ParDo(_WriteShardFn(self._paths, self._format, self._row_group_bytes,
-                                                  self._zstd_level), num_shards, record)
+                                                  self._zstd_level, self._shards_at_once), num_shards, record)
         )
         return (
             shards
