@@ -18,18 +18,27 @@ from shardmill.transforms.output.lifecycle import RunPaths
 
 
 class _Writes:
-    """Stands in for the Parquet write: records how many run at once; later shards finish first."""
+    """Stands in for the Parquet write: records how many run at once.
+
+    The first shard's write waits (up to 2 s) for another to start, so it
+    finishes after later ones wherever more than one may run at once.
+    """
 
     def __init__(self):
         self.running = 0
         self.peak = 0
         self.lock = threading.Lock()
+        self.another_started = threading.Event()
 
     def __call__(self, path, name, table, rows, zstd_level, **options):
         with self.lock:
             self.running += 1
             self.peak = max(self.peak, self.running)
-        time.sleep(0.2 if name.endswith("00000-of-00004.parquet") else 0.05)
+        if name.endswith("00000-of-00004.parquet"):
+            self.another_started.wait(2)
+        else:
+            self.another_started.set()
+            time.sleep(0.01)
         with self.lock:
             self.running -= 1
         return {"path": name, "rows": table.num_rows}
