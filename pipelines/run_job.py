@@ -30,11 +30,12 @@ from shardmill.pipelines.config import JobConfig
 from shardmill.pipelines.jobs import job_kind
 from shardmill.pipelines.runner import counter_values, is_local_run, local_runner, make_pipeline
 from shardmill.transforms.common.filesystem import check_stores_reachable, is_local, use_pipeline_options
+from shardmill.transforms.common.ordered_pool import elements_at_once
 from shardmill.transforms.common.progress import ProgressPrinter
 from shardmill.transforms.output import lifecycle
 from shardmill.transforms.output.claim import OutputClaim
 from shardmill.transforms.output.lifecycle import OutputExistsError, RunPaths  # noqa: F401  (re-exported)
-from shardmill.transforms.output.sharded_output import LOCAL_SHARDS_AT_ONCE, WriteShardedOutput
+from shardmill.transforms.output.sharded_output import WriteShardedOutput
 
 _LOG = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ def build_graph(p: beam.Pipeline, config: JobConfig, plan, paths: RunPaths, loca
         | "Output" >> WriteShardedOutput(
             paths, kind.shard_format(config, plan), row_group_bytes=config.output.row_group_bytes,
             zstd_level=config.output.zstd_level, config_text=text_format.MessageToString(config),
-            seed=config.seed, started_at=started_at, shards_at_once=LOCAL_SHARDS_AT_ONCE if local_run else 1,
+            seed=config.seed, started_at=started_at, shards_at_once=elements_at_once(local_run),
         )
     )
 
@@ -148,7 +149,8 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
     check_stores_reachable([*config.input, output_dir])
     lifecycle.check_output_path(output_dir, list(config.input))
     kind = job_kind(config)
-    plan = kind.plan(config, inputs, is_local_run(options))
+    local_run = is_local_run(options)
+    plan = kind.plan(config, inputs, local_run)
     claim = OutputClaim(output_dir, run_id or new_run_id())
     try:
         notes = claim.acquire(break_claim)
@@ -163,13 +165,13 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
             _LOG.warning("%s", note)
         claim.start_heartbeat()
         paths = RunPaths(output_dir, claim.info.run_id, (committed.generation if committed else 0) + 1,
-                         report_progress=is_local_run(options) and is_local(output_dir) and "://" not in output_dir)
+                         report_progress=local_run and is_local(output_dir) and "://" not in output_dir)
         try:
             lifecycle.start_staging(paths, claim.info.to_bytes())
         except OSError as err:
             raise _cannot_write(output_dir, err) from None
         p = make_pipeline(options)
-        build_graph(p, config, plan, paths, is_local_run(options))
+        build_graph(p, config, plan, paths, local_run)
         progress = ProgressPrinter(paths.progress_dir) if paths.progress_dir else None
         try:
             if progress:
@@ -222,10 +224,11 @@ def dry_run(config: JobConfig, options: PipelineOptions, graph_depth: int = 2) -
     output_dir = config.output.path
     lifecycle.check_output_path(output_dir, list(config.input))
     check_overwrite(output_dir, lifecycle.read_committed(output_dir), config.output.overwrite)
-    plan = kind.plan(config, inputs, is_local_run(options))
+    local_run = is_local_run(options)
+    plan = kind.plan(config, inputs, local_run)
     p = beam.Pipeline(runner=local_runner(options), options=options)  # never run: no runner is contacted
     try:
-        build_graph(p, config, plan, RunPaths(output_dir, "dry-run", 1), is_local_run(options))
+        build_graph(p, config, plan, RunPaths(output_dir, "dry-run", 1), local_run)
         graph = p.to_runner_api()  # pickles every DoFn, as a submission would
     finally:  # Beam removes a pipeline's temporary directory only when it runs
         shutil.rmtree(p.local_tempdir, ignore_errors=True)

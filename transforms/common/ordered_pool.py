@@ -11,7 +11,28 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import os
 from typing import Any, Callable
+
+import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindows
+
+
+def elements_at_once(local_run: bool) -> int:
+    """How many elements a DoFn's pool works on at once.
+
+    Two on a local run, where one bundle at a time would leave a core idle.
+    One on a cluster: its runner already runs a bundle per harness thread,
+    where a second element in flight would only double each thread's memory.
+    """
+    return min(2, os.cpu_count() or 1) if local_run else 1
+
+
+def in_global_window(output):
+    """An output of finish_bundle, which must carry its window (tagged ones inside their tag)."""
+    if isinstance(output, beam.pvalue.TaggedOutput):
+        return beam.pvalue.TaggedOutput(output.tag, GlobalWindows.windowed_value(output.value))
+    return GlobalWindows.windowed_value(output)
 
 
 class OrderedPool:

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
-from apache_beam.transforms.window import GlobalWindows
 
 from shardmill.transforms.common.discovery import ERRORS, SOURCE_STATS
 from shardmill.transforms.common.keyed_hash import fingerprint
-from shardmill.transforms.common.ordered_pool import OrderedPool
+from shardmill.transforms.common.ordered_pool import OrderedPool, in_global_window
 from shardmill.transforms.common.progress import ProgressLog
 from shardmill.transforms.common.spill import write_spill
 from shardmill.transforms.job import JobOutputs
@@ -34,16 +32,11 @@ _LOG = logging.getLogger(__name__)
 LOAD_STATS = "load_stats"
 
 
-# Read tasks loaded and spilled at once by a local run's worker: spilling (LZ4) is serial within a
-# task, so a second task keeps the other core busy meanwhile. A cluster's runner already runs as many
-# bundles as its workers have threads; there a second task in flight would only double the memory.
-LOCAL_LOAD_TASKS_AT_ONCE = min(2, os.cpu_count() or 1)
-
-
 class _LoadTasksFn(beam.DoFn):
     """Loads read tasks and spills their per-shard batches, `tasks_at_once` at a time.
 
-    Emits (shard, spill ref) pairs, the tasks' dead letters and load stats,
+    Spilling (LZ4) is serial within a task: a second task keeps the other
+    core busy meanwhile. Emits (shard, spill ref) pairs, the tasks' dead letters and load stats,
     task by task in the order the tasks arrived.
     """
 
@@ -88,17 +81,10 @@ class _LoadTasksFn(beam.DoFn):
 
     def finish_bundle(self):
         for loaded, refs in self._pool.drain():
-            yield from (_in_global_window(output) for output in self._outputs(loaded, refs))
+            yield from (in_global_window(output) for output in self._outputs(loaded, refs))
 
     def teardown(self):
         self._pool.stop()
-
-
-def _in_global_window(output):
-    """An output of finish_bundle, which must carry its window (tagged ones inside their tag)."""
-    if isinstance(output, beam.pvalue.TaggedOutput):
-        return beam.pvalue.TaggedOutput(output.tag, GlobalWindows.windowed_value(output.value))
-    return GlobalWindows.windowed_value(output)
 
 
 def _record(decisions: GlobalDecisions) -> dict:

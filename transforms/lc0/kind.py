@@ -86,7 +86,8 @@ class Lc0Kind(JobKind):
                               f"got {pool.position_count}")
 
     def plan(self, config, inputs, local_run=True):
-        from shardmill.transforms.lc0.job import LOCAL_LOAD_TASKS_AT_ONCE, Lc0Plan
+        from shardmill.transforms.common.ordered_pool import elements_at_once
+        from shardmill.transforms.lc0.job import Lc0Plan
         from shardmill.transforms.output.shard_count import ShardSizing
 
         return Lc0Plan(inputs=tuple(inputs), count_method=count_method(config.lc0),
@@ -94,7 +95,7 @@ class Lc0Kind(JobKind):
                        max_chunk_bytes=config.lc0.index.max_chunk_bytes, params=sampling_params(config),
                        sizing=ShardSizing.of(config.output),
                        index_cache=index_cache(config.lc0.index, count_method(config.lc0), local_run),
-                       load_tasks_at_once=LOCAL_LOAD_TASKS_AT_ONCE if local_run else 1)
+                       load_tasks_at_once=elements_at_once(local_run))
 
     def transform(self, config, plan, paths):
         from shardmill.transforms.lc0.job import Lc0Job

@@ -18,15 +18,13 @@ commits (transforms/output/lifecycle.py).
 from __future__ import annotations
 
 import logging
-import os
 import time
 import typing
 
 import apache_beam as beam
-from apache_beam.transforms.window import GlobalWindows
 
 from shardmill.transforms.common.dead_letter import write_dead_letters
-from shardmill.transforms.common.ordered_pool import OrderedPool
+from shardmill.transforms.common.ordered_pool import OrderedPool, in_global_window
 from shardmill.transforms.common.progress import ProgressLog
 from shardmill.transforms.common.spill import read_spilled
 from shardmill.transforms.output.contract import ERRORS_NAME, generation_dir_name
@@ -35,9 +33,6 @@ from shardmill.transforms.output.manifest import build_manifest
 from shardmill.transforms.output.shard_format import ShardFormat, write_shard_file
 
 _LOG = logging.getLogger(__name__)
-# Shards one worker writes at once on a local run. A cluster's runner already runs a bundle per harness
-# thread, where a second shard in flight would only double each thread's memory.
-LOCAL_SHARDS_AT_ONCE = min(2, os.cpu_count() or 1)
 
 
 class _WriteShardFn(beam.DoFn):
@@ -45,7 +40,8 @@ class _WriteShardFn(beam.DoFn):
 
     pyarrow's Parquet encoding and zstd release the GIL, so a worker with
     several shards in its bundle keeps more than one core busy; entries are
-    emitted as writes finish, and all of them by the end of the bundle.
+    emitted in the order their shards came, the last ones by the end of the
+    bundle.
     """
 
     def __init__(self, paths: RunPaths, shard_format: ShardFormat, row_group_bytes: int, zstd_level: int,
@@ -80,7 +76,7 @@ class _WriteShardFn(beam.DoFn):
 
     def finish_bundle(self):
         for entry in self._pool.drain():
-            yield GlobalWindows.windowed_value(entry)
+            yield in_global_window(entry)
 
     def teardown(self):
         self._pool.stop()
