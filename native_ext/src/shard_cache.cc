@@ -362,6 +362,10 @@ arrow::Result<ShardCache::Outcome> ShardCache::Download(int64_t index, bool need
 
 void ShardCache::Unreserve(const std::string& key, int64_t bytes) {
   std::lock_guard<std::mutex> room(room_mutex_);
+  UnreserveLocked(key, bytes);
+}
+
+void ShardCache::UnreserveLocked(const std::string& key, int64_t bytes) {
   downloading_.erase(key);
   reserved_ -= bytes;
 }
@@ -370,8 +374,7 @@ bool ShardCache::CommitDownload(const ShardFile& shard, const std::string& part,
   // The rename and the end of the reservation under one lock: a download counts once when another is
   // making room, as the reservation before the rename and as a cached file after it, never as both.
   std::lock_guard<std::mutex> room(room_mutex_);
-  downloading_.erase(shard.sha256);
-  reserved_ -= shard.bytes;
+  UnreserveLocked(shard.sha256, shard.bytes);
   if (rename(part.c_str(), path.c_str()) == 0) return true;
   unlink(part.c_str());
   return false;

@@ -105,6 +105,7 @@ class ShardCache {
   // when they do not fit, unless `needed`.
   bool Reserve(const std::string& key, int64_t bytes, bool needed);
   void Unreserve(const std::string& key, int64_t bytes);
+  void UnreserveLocked(const std::string& key, int64_t bytes);  // room_mutex_ held
   // Renames a finished download's `part` to `path` and ends its reservation; false (and `part` removed)
   // when the rename fails.
   bool CommitDownload(const ShardFile& shard, const std::string& part, const std::string& path);
