@@ -17,6 +17,7 @@ class TokensKind(JobKind):
 
     def validate(self, config) -> None:
         from shardmill.pipelines.config import ConfigError
+        from shardmill.transforms.tokens.megatron_blend import blend_weight_sum
         from shardmill.transforms.tokens.plan import split_name
 
         if config.input:
@@ -32,6 +33,9 @@ class TokensKind(JobKind):
                 raise ConfigError(f"token_dataset.blend[{i}].path_prefix: required")
             if corpus.HasField("weight") and not (math.isfinite(corpus.weight) and corpus.weight > 0):
                 raise ConfigError(f"token_dataset.blend[{i}].weight: must be finite and > 0, got {corpus.weight}")
+        if all(weighted) and tokens.blend and not math.isfinite(blend_weight_sum([c.weight for c in tokens.blend])):
+            raise ConfigError("token_dataset.blend[].weight: the weights sum past the largest double (inf); "
+                              "scale them down (only their ratios matter)")
         if any(weighted) and not all(weighted):
             raise ConfigError(f"token_dataset.blend[{weighted.index(False)}].weight: set a weight on every corpus "
                               "of the blend or on none (Megatron: prefixes and weights equal in number)")

@@ -46,6 +46,12 @@ def normalize(weights: list[float]) -> list[float]:
     return (w / np.sum(w)).tolist()
 
 
+def blend_weight_sum(weights: list[float]) -> float:
+    """The sum normalize divides by (numpy's pairwise float64 sum): inf when finite weights overflow it."""
+    with np.errstate(over="ignore"):
+        return float(np.sum(np.array(weights, dtype=np.float64)))
+
+
 # One to three non-negative decimal numbers separated by commas, slashes or spaces (Megatron's --split).
 _SPLIT_STRING = re.compile(r"\s*(\d+\.?\d*|\.\d+)((\s*[,/]\s*|\s+)(\d+\.?\d*|\.\d+)){0,2}\s*")
 
@@ -98,6 +104,8 @@ class BlendPlan:
 def _check_weights(weights: list[float]) -> None:
     if not weights or any(not (w > 0) or not math.isfinite(w) for w in weights):
         raise SplitError(f"blend weights must be finite and > 0, got {weights}")
+    if not math.isfinite(blend_weight_sum(weights)):
+        raise SplitError(f"blend weights must sum to a finite number, got {weights}")
     if len(weights) >= 32767:
         raise SplitError(f"a blend holds at most 32766 corpora, got {len(weights)}")
 

@@ -50,6 +50,11 @@ def test_weights_that_do_not_sum_to_one_blend_like_their_normalised_form():
     assert a.corpus_samples == b.corpus_samples and (a.dataset_index == b.dataset_index).all()
 
 
+def test_a_blend_whose_weights_sum_to_inf_is_refused_before_normalising():
+    with pytest.raises(SplitError, match="must sum to a finite number"):
+        plan_weighted_blend([1e308, 1e308], 10)
+
+
 def test_blending_index_ties_go_to_the_first_dataset():
     index, sample = build_blending_indices(np.array([0.5, 0.5]), 6)
     assert index.tolist() == [0, 1, 0, 1, 0, 1] and sample.tolist() == [0, 0, 1, 1, 2, 2]
@@ -70,6 +75,9 @@ def test_bad_or_empty_splits_are_config_errors(split, use_split, message):
     ('seq_length: 8 blend { path_prefix: "a" weight: 1 }', "num_samples: required with blend weights"),
     ('seq_length: 8 num_samples: 5 blend { path_prefix: "a" weight: 0 }', r"blend\[0\].weight"),
     ('seq_length: 8 num_samples: 5 path_prefix: "a" blend { path_prefix: "b" weight: 1 }', "exactly one of"),
+    ('seq_length: 8 num_samples: 5 blend { path_prefix: "a" weight: 1e308 } blend { path_prefix: "b" weight: 1e308 }',
+     r"^token_dataset.blend\[\].weight: the weights sum past the largest double \(inf\); scale them down"),
+    ('seq_length: 8 num_samples: 5 blend { path_prefix: "a" weight: inf }', r"blend\[0\].weight: must be finite"),
 ])
 def test_bad_blends_are_config_errors(fields, message):
     with pytest.raises(ConfigError, match=message):
