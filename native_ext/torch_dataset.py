@@ -50,6 +50,13 @@ from shardmill.native_ext.options import OrderOptions, ReadOptions, ShardOptions
 from shardmill.native_ext.reader import ShardReader, load_manifest
 
 MAX_WORKERS = 256  # DataLoader workers per dataset whose passes are counted
+_SLOTS = 1 + MAX_WORKERS  # slot 0: the main process (no workers); 1 + w: worker w
+
+
+def _checked_epoch(epoch) -> int:
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        raise ValueError(f"epoch must be an integer >= 0, got {epoch!r}")
+    return epoch
 
 
 def _tensors(batch: dict, planes: str | None) -> dict:
@@ -104,9 +111,10 @@ class ShardIterableDataset(torch.utils.data.IterableDataset):
         self._reader: ShardReader | None = None
         self._pass_epoch = 0
         self._resume: dict | None = None
-        # [0]: the epoch the pass count starts from (set_epoch); [1 + s]: passes started by slot s;
-        # [1 + MAX_WORKERS + s]: 1 while slot s is mid-pass. Slot 0: no workers; 1 + w: worker w.
-        self._shared = multiprocessing.RawArray(ctypes.c_int64, 1 + 2 * (MAX_WORKERS + 1))
+        # Per slot s: [s] the epoch its pass count starts from (set_epoch, a resume); [_SLOTS + s] passes it has
+        # started since; [2 * _SLOTS + s] 1 while it is mid-pass. Each worker's count and start are its own: a
+        # worker resuming mid-pass must not move the pass of a worker that has not started its own yet.
+        self._shared = multiprocessing.RawArray(ctypes.c_int64, 3 * _SLOTS)
 
     def _rank_and_world(self) -> tuple[int, int]:
         rank, world = self._rank, self._world_size
@@ -143,11 +151,21 @@ class ShardIterableDataset(torch.utils.data.IterableDataset):
 
     def set_epoch(self, epoch: int) -> None:
         """The next pass starts at this epoch (then epoch + num_epochs, ...)."""
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise ValueError(f"epoch must be an integer >= 0, got {epoch!r}")
-        self._shared[0] = epoch
-        for slot in range(MAX_WORKERS + 1):
-            self._shared[1 + slot] = 0
+        self._start_passes_at(_checked_epoch(epoch), range(_SLOTS))
+
+    def _start_passes_at(self, epoch: int, slots) -> None:
+        for slot in slots:
+            self._shared[slot] = epoch
+            self._shared[_SLOTS + slot] = 0
+
+    def _own_slots(self) -> range:
+        """The slots a state restored here sets: in a DataLoader worker its own (each worker restores its own
+        state), in the main process all (the workers a loader starts later follow on from it)."""
+        slot = self._slot()
+        return range(slot, slot + 1) if slot else range(_SLOTS)
+
+    def _next_pass_epoch(self, slot: int) -> int:
+        return self._shared[slot] + self._shared[_SLOTS + slot] * self._epochs_per_pass()
 
     @staticmethod
     def _slot() -> int:
@@ -169,24 +187,23 @@ class ShardIterableDataset(torch.utils.data.IterableDataset):
         if self._resume is not None:
             # The pass a checkpoint was taken in; the passes after it follow on from it.
             self._pass_epoch, state = self._resume["pass_epoch"], self._resume["reader_state"]
-            self._shared[0] = self._pass_epoch + per_pass
-            self._shared[1 + slot] = 0
+            self._start_passes_at(self._pass_epoch + per_pass, self._own_slots())
             self._resume = None
         else:
-            self._pass_epoch = self._shared[0] + self._shared[1 + slot] * per_pass
-            self._shared[1 + slot] += 1
+            self._pass_epoch = self._next_pass_epoch(slot)
+            self._shared[_SLOTS + slot] += 1
         num_epochs = None if self._num_epochs is None else self._pass_epoch + self._num_epochs
         kwargs = {"state": state} if state is not None else {"start_epoch": self._pass_epoch}
         self._reader = ShardReader(self._path, self._batch_size, self._columns, num_epochs=num_epochs,
                                    shard_options=ShardOptions(shard_index, shard_count), **kwargs,
                                    **self._reader_options)
-        self._shared[1 + MAX_WORKERS + slot] = 1
+        self._shared[2 * _SLOTS + slot] = 1
         try:
             with self._reader as reader:
                 for batch in reader:
                     yield _tensors(batch, getattr(self._reader_options["converter"], "planes", None))
         finally:
-            self._shared[1 + MAX_WORKERS + slot] = 0
+            self._shared[2 * _SLOTS + slot] = 0
             self._reader = None
 
     def state_dict(self) -> dict:
@@ -197,23 +214,22 @@ class ShardIterableDataset(torch.utils.data.IterableDataset):
         if self._reader is not None:
             return {"reader_state": self._reader.state(), "pass_epoch": self._pass_epoch}
         if torch.utils.data.get_worker_info() is None and any(
-                self._shared[2 + MAX_WORKERS + w] for w in range(MAX_WORKERS)):
+                self._shared[2 * _SLOTS + 1 + w] for w in range(MAX_WORKERS)):
             raise RuntimeError("ShardIterableDataset.state_dict(): DataLoader workers are mid-pass and hold the "
                                "readers, so this process does not know their positions; checkpoint with "
                                "torchdata's StatefulDataLoader (it collects each worker's state) or use "
                                "num_workers=0")
         if self._resume is not None:
             return dict(self._resume)
-        slot = self._slot()
-        next_epoch = self._shared[0] + self._shared[1 + slot] * self._epochs_per_pass()
-        return {"reader_state": None, "pass_epoch": next_epoch}
+        # A worker that has served nothing yet: the pass it is in (or about to begin), not the one after it.
+        return {"reader_state": None, "pass_epoch": self._next_pass_epoch(self._slot())}
 
     def load_state_dict(self, state: dict) -> None:
         """The next pass continues from `state` (a state_dict() of the same settings and worker count)."""
         if not isinstance(state, dict) or "pass_epoch" not in state or "reader_state" not in state:
             raise ValueError("not a ShardIterableDataset state_dict()")
         if state["reader_state"] is None:
-            self.set_epoch(int(state["pass_epoch"]))
+            self._start_passes_at(_checked_epoch(int(state["pass_epoch"])), self._own_slots())
             self._resume = None
         else:
             self._resume = {"reader_state": state["reader_state"], "pass_epoch": int(state["pass_epoch"])}

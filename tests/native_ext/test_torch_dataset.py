@@ -1,5 +1,8 @@
 """The PyTorch adapter: DataLoader workers and ranks split every epoch; checkpoints resume exactly."""
 
+import os
+import time
+
 import numpy as np
 import pytest
 import torch  # in the test extra
@@ -142,3 +145,53 @@ def test_stateful_dataloader_resumes_exactly_and_then_serves_the_next_epoch(outp
     assert {int(b["epoch"]) for b in rest} == {0}
     next_pass = list(resumed)
     assert (ids_of(next_pass) == uninterrupted[1]).all() and {int(b["epoch"]) for b in next_pass} == {1}
+
+
+class WorkerOneWaitsForWorkerZero(ShardIterableDataset):
+    """Worker 1 starts its pass only once worker 0 has served a batch (a file in `gate` says so), in every loader
+    made from it: the interleaving in which a state is taken, or a pass resumed, while worker 1 has produced
+    nothing."""
+
+    def __init__(self, *args, gate: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._gate = gate
+
+    def __iter__(self):
+        worker = torch.utils.data.get_worker_info().id
+        if worker == 1:
+            deadline = time.monotonic() + 60
+            while not os.path.exists(self._gate):
+                assert time.monotonic() < deadline, "worker 0 served nothing for 60 s"
+                time.sleep(0.01)
+        for batch in super().__iter__():
+            if worker == 0 and not os.path.exists(self._gate):
+                with open(self._gate, "w"):
+                    pass
+            yield batch
+
+
+@pytest.mark.slow
+def test_a_state_taken_before_worker_1_served_anything_resumes_worker_1_in_the_same_epoch(output, tmp_path):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def loader(gate):
+        dataset = WorkerOneWaitsForWorkerZero(output, 40, ["id"], order_options=OrderOptions(seed=3), num_epochs=1,
+                                              gate=str(tmp_path / gate))
+        return StatefulDataLoader(dataset, batch_size=None, num_workers=2)
+
+    first = loader("first")
+    iterator = iter(first)
+    head = next(iterator)
+    state = first.state_dict()  # worker 1 has served nothing: its state is the one it started the pass with
+    del iterator, first
+
+    resumed = loader("resumed")  # worker 0 resumes mid-pass and starts before worker 1 does
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    workers = [reader_epoch(output, 0, worker, 2) for worker in range(2)]
+    assert {int(b["epoch"]) for b in rest} == {0}
+    served = by_worker([head] + rest, 2)  # round robin from worker 0, as the uninterrupted pass
+    assert all((served[w] == workers[w]).all() for w in range(2))
+    next_pass = list(resumed)
+    assert {int(b["epoch"]) for b in next_pass} == {1}
+    assert all((ids == reader_epoch(output, 1, w, 2)).all() for w, ids in enumerate(by_worker(next_pass, 2)))
