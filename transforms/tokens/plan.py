@@ -24,7 +24,8 @@ from shardmill.transforms.lc0.sampling import acceptance_probability
 from shardmill.transforms.output.shard_count import ShardSizing, shard_count
 from shardmill.transforms.tokens.megatron_blend import (parse_split, plan_unweighted_blend, plan_weighted_blend,
                                                         split_matrix, split_range, weighted_corpus_samples)
-from shardmill.transforms.tokens.megatron_index import GPTIndices, IndexedDataset, build_gpt_indices, parse_index
+from shardmill.transforms.tokens.megatron_index import (DTYPES, GPTIndices, IndexedDataset, build_gpt_indices,
+                                                        parse_index)
 
 # In the generation's metadata directory. One corpus: document_index, sample_index, shuffle_index
 # (its GPTDataset's). A blend: corpus{k}_document_index, corpus{k}_sample_index, corpus{k}_shuffle_index
@@ -164,6 +165,8 @@ def plan_tokens(config) -> TokenPlan:
     bookends = (0.0, 1.0) if per_split else split_matrix(parse_split(cfg.split))[cfg.use_split]
     drop_last = cfg.use_split != VALID or cfg.drop_last_partial_validation_sequence
     datasets = [read_dataset(p + ".idx", p + ".bin") for p in prefixes]
+    for dataset in datasets:
+        check_token_dtype(dataset)
 
     build_start = time.perf_counter()
     if not blended:
@@ -262,9 +265,27 @@ def _has_partial_sample(corpora: list[_Corpus], seq_length: int, add_extra: bool
     return False
 
 
+# The corpus dtypes the job reads: the MMIDIDX codes of integers.
+TOKEN_DTYPES = tuple(np.dtype(t) for t in DTYPES.values() if np.dtype(t).kind in "iu")
+
+
+def check_token_dtype(dataset: IndexedDataset) -> None:
+    """InputError for a corpus whose `.idx` dtype is not one of token ids (MMIDIDX allows float32/float64)."""
+    if dataset.dtype.kind not in "iu":
+        code = next(k for k, v in DTYPES.items() if np.dtype(v) == dataset.dtype)
+        raise InputError(f"{dataset.idx_path}: dtype code {code} ({dataset.dtype}) is not a token dtype: the token "
+                         f"job reads integer corpora ({', '.join(str(t) for t in TOKEN_DTYPES)})")
+
+
 def sample_dtype(corpus_dtypes: list, pad_token: int | None) -> np.dtype:
-    """The smallest dtype holding every corpus's tokens (and the pad token, when a sample is padded)."""
+    """The smallest dtype holding every corpus's tokens (and the pad token, when a sample is padded).
+
+    Integer corpora promote to a signed or unsigned integer of at most 64 bits; a pad beyond the
+    corpus's range in the other signedness (2^32 in int32, 2^63 - 1 in uint16) would promote to float64
+    or uint64, which are not token dtypes: int64 holds every pad (the config's pad_token is an int64)."""
     dtype = np.result_type(*corpus_dtypes)
     if pad_token is not None and not np.can_cast(np.min_scalar_type(pad_token), dtype, "safe"):
         dtype = np.promote_types(dtype, np.min_scalar_type(pad_token))
+        if dtype.kind not in "iu" or dtype == np.uint64:
+            dtype = np.int64
     return np.dtype(dtype)

@@ -110,3 +110,36 @@ def test_a_blended_run_exits_0_and_inspect_reads_it(corpus, tmp_path, capsys):
     assert "a blend of 2 corpora" in printed and "committed generation 1" in printed
     assert cli.main(["inspect", out]) == 0, capsys.readouterr().err
     assert "weight 0.5" in capsys.readouterr().out
+
+
+ACCEPTED_DTYPES = [np.uint8, np.int8, np.int16, np.uint16, np.int32, np.int64]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype, pad", [(dtype, pad) for dtype in ACCEPTED_DTYPES for pad in (None, 2**63 - 1)]
+                         + [(np.uint16, -1), (np.int32, 2**32), (np.int8, -2**63)])
+def test_every_token_output_the_job_commits_is_served_by_the_reader_and_inspect(tmp_path, capsys, dtype, pad):
+    """Every corpus dtype the job accepts, with and without a padded last sample: what is committed is read."""
+    from shardmill.native_ext.reader import ShardReader
+
+    rng = np.random.default_rng(5)
+    write_indexed_dataset(str(tmp_path / "c"), [rng.integers(0, 100, int(n)).astype(dtype)
+                                                 for n in rng.integers(1, 40, 30)], dtype)
+    padded = "" if pad is None else (f'split: "50,50,0" use_split: VALID drop_last_partial_validation_sequence: false '
+                                     f"pad_token: {pad}")
+    config = tmp_path / "job.textproto"
+    config.write_text(f'token_dataset {{ path_prefix: "{tmp_path / "c"}" seq_length: 16 {padded} }}\n'
+                      f'output {{ path: "{tmp_path / "out"}" num_shards: 2 }}\n')
+    assert cli.main(["run", "--config", str(config)]) == 0, capsys.readouterr().err
+    out = str(tmp_path / "out")
+    with ShardReader(out, batch_size=4) as reader:
+        tokens = np.concatenate([batch["tokens"] for batch in reader])
+    assert tokens.shape[1] == 17 and len(tokens) > 0
+    if pad is None:
+        assert tokens.dtype == dtype
+    else:
+        assert (tokens == pad).any(), "the padded last sample is served"
+        assert np.iinfo(tokens.dtype).min <= pad <= np.iinfo(tokens.dtype).max
+    assert set(np.unique(tokens)) - {pad} <= set(range(100))
+    assert cli.main(["inspect", out]) == 0, capsys.readouterr().err
+    assert f"({tokens.dtype}," in capsys.readouterr().out
