@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import logging
+import os
 import time
 
 import numpy as np
@@ -26,6 +28,8 @@ from shardmill.transforms.tokens.megatron_blend import (parse_split, plan_unweig
                                                         split_matrix, split_range, weighted_corpus_samples)
 from shardmill.transforms.tokens.megatron_index import (DTYPES, GPTIndices, IndexedDataset, build_gpt_indices,
                                                         parse_index)
+
+_LOG = logging.getLogger(__name__)
 
 # In the generation's metadata directory. One corpus: document_index, sample_index, shuffle_index
 # (its GPTDataset's). A blend: corpus{k}_document_index, corpus{k}_sample_index, corpus{k}_shuffle_index
@@ -164,6 +168,7 @@ def plan_tokens(config) -> TokenPlan:
     requested = cfg.num_samples if cfg.HasField("num_samples") else None
     bookends = (0.0, 1.0) if per_split else split_matrix(parse_split(cfg.split))[cfg.use_split]
     drop_last = cfg.use_split != VALID or cfg.drop_last_partial_validation_sequence
+    _warn_repeated_corpora(prefixes)
     datasets = [read_dataset(p + ".idx", p + ".bin") for p in prefixes]
     for dataset in datasets:
         check_token_dtype(dataset)
@@ -183,8 +188,7 @@ def plan_tokens(config) -> TokenPlan:
         documents = kept[(kept >= begin) & (kept < end)]
         split_tokens = int(dataset.sequence_lengths[documents].astype(np.int64).sum())
         if not split_tokens:
-            raise InputError(f"{prefix}: the {split_name(cfg.use_split)} split (sequences {begin}..{end - 1} "
-                             f"of {dataset.num_sequences}) holds no tokens to sample")
+            raise InputError(_no_tokens(prefix, cfg, dataset.num_sequences, begin, end, len(documents)))
         if cfg.seq_length + int(cfg.add_extra_token) > split_tokens:
             raise InputError(f"{prefix}: token_dataset.seq_length {cfg.seq_length} needs more tokens than the "
                              f"{split_name(cfg.use_split)} split holds ({split_tokens:,})")
@@ -245,6 +249,32 @@ def plan_tokens(config) -> TokenPlan:
                      add_extra_token=cfg.add_extra_token, split=split, dtype=dtype.str, row_bytes=width,
                      indices_npz=indices_npz, tasks=tuple(tasks), tokens_per_epoch=tuple(tokens_per_epoch),
                      pad_token=cfg.pad_token if padded else None, stats=stats, build_seconds=build_seconds)
+
+
+def _no_tokens(prefix: str, cfg, num_sequences: int, begin: int, end: int, kept: int) -> str:
+    """Why a corpus's split has no token to sample: an empty range, threshold-gamma, or empty sequences."""
+    split = f"the {split_name(cfg.use_split)} split"
+    if begin == end:
+        of = f" of {cfg.split!r}" if cfg.HasField("split") else ""
+        return (f"{prefix}: {split}{of} is empty here: its share of the corpus's {num_sequences:,} sequences "
+                f"rounds to none")
+    sequences = f"sequences {begin:,}..{end - 1:,} of {num_sequences:,}"
+    if not kept:
+        return (f"{prefix}: token_dataset.hanse_sampling_threshold {cfg.hanse_sampling_threshold} (gamma "
+                f"{cfg.hanse_sampling_gamma:g}) kept none of the {end - begin:,} sequences of {split} ({sequences})")
+    return f"{prefix}: {split} ({sequences}, {kept:,} kept) holds no tokens: its sequences are empty"
+
+
+def _warn_repeated_corpora(prefixes: list[str]) -> None:
+    """A corpus named twice in a blend is drawn from twice (Megatron allows it): allowed, with a warning."""
+    first: dict[str, int] = {}
+    for k, prefix in enumerate(prefixes):
+        key = prefix if "://" in prefix else os.path.normpath(os.path.abspath(prefix))
+        if key in first:
+            _LOG.warning("token_dataset.blend[%d].path_prefix: %s is also blend[%d]: the blend samples this corpus "
+                         "twice (allowed, as in Megatron)", k, prefix, first[key])
+        else:
+            first[key] = k
 
 
 def _has_partial_sample(corpora: list[_Corpus], seq_length: int, add_extra: bool, blend) -> bool:

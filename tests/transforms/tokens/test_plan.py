@@ -43,3 +43,43 @@ def test_a_float_corpus_is_refused_in_one_line_naming_its_idx_and_dtype(tmp_path
     assert (f"c.idx: dtype code {code} ({np.dtype(dtype)}) is not a token dtype: the token job reads integer "
             "corpora (uint8, int8, int16, int32, int64, uint16)") in err
     assert not (tmp_path / "out").exists()
+
+
+def run_exit_and_error(tmp_path, capsys, fields: str) -> tuple[int, str]:
+    config = tmp_path / "job.textproto"
+    config.write_text(f'token_dataset {{ {fields} }}\noutput {{ path: "{tmp_path / "out"}" }}\n')
+    code = cli.main(["run", "--config", str(config), "--dry-run"])
+    return code, capsys.readouterr().err
+
+
+def test_a_split_whose_share_rounds_to_no_sequences_is_called_empty_not_an_inverted_range(tmp_path, capsys):
+    write_indexed_dataset(str(tmp_path / "c"), [np.arange(5, dtype=np.uint16)] * 1000, np.uint16)
+    code, err = run_exit_and_error(tmp_path, capsys, f'path_prefix: "{tmp_path / "c"}" seq_length: 4 '
+                                                     'split: "99999,1,0" use_split: VALID')
+    assert code == 2 and err.count("\n") == 1, err
+    assert ("c: the VALID split of '99999,1,0' is empty here: its share of the corpus's 1,000 sequences rounds to "
+            "none") in err and "1000..999" not in err
+
+
+def test_threshold_gamma_dropping_every_sequence_says_so(tmp_path, capsys):
+    write_indexed_dataset(str(tmp_path / "c"), [np.arange(2, dtype=np.uint16)] * 50, np.uint16)
+    code, err = run_exit_and_error(tmp_path, capsys, f'path_prefix: "{tmp_path / "c"}" seq_length: 4 '
+                                                     "hanse_sampling_threshold: 1000000 hanse_sampling_gamma: 4")
+    assert code == 2 and err.count("\n") == 1, err
+    assert ("c: token_dataset.hanse_sampling_threshold 1000000 (gamma 4) kept none of the 50 sequences of the TRAIN "
+            "split (sequences 0..49 of 50)") in err
+
+
+def test_a_corpus_twice_in_a_blend_is_allowed_with_a_warning(tmp_path, caplog):
+    from shardmill.pipelines.config import parse_config, validate
+    from shardmill.transforms.tokens.plan import plan_tokens
+
+    write_indexed_dataset(str(tmp_path / "c"), [np.arange(50, dtype=np.uint16)] * 20, np.uint16)
+    same = f"{tmp_path}/./c"
+    config = validate(parse_config(f'token_dataset {{ blend {{ path_prefix: "{tmp_path / "c"}" weight: 1 }} '
+                                   f'blend {{ path_prefix: "{same}" weight: 1 }} seq_length: 8 num_samples: 20 }}'))
+    with caplog.at_level("WARNING"):
+        plan = plan_tokens(config)
+    assert plan.stats["num_samples"] == 20
+    assert (f"token_dataset.blend[1].path_prefix: {same} is also blend[0]: the blend samples this corpus twice "
+            "(allowed, as in Megatron)") in caplog.text

@@ -157,7 +157,8 @@ def test_a_split_that_rounds_to_no_sequences_is_one_line_and_exit_2(tmp_path, ca
                       f'output {{ path: "{tmp_path}/out" }}')
     assert cli.main(["run", "--config", str(config)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "the VALID split (sequences 1000..999 of 1000) holds no tokens" in err
+    assert err.count("\n") == 1 and "the VALID split of '9999,1,0' is empty here: its share of the corpus's 1,000 " \
+        "sequences rounds to none" in err
 
 
 @pytest.mark.parametrize("split", ["-1,2", "nan,1", "1,,2", "1;2", "a", "1,2,3,4", "", "1e3,1"])
