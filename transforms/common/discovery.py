@@ -9,13 +9,23 @@ nothing is opened to be classified:
   and counted (`hidden`) — unless the input names the file itself;
 - FIFOs, sockets, devices and links to directories are skipped and counted
   (`not_regular`): opening a FIFO would block forever, links can make cycles;
-- files without one of the job's suffixes are skipped and counted
-  (`other_suffix`) — unless named themselves, which indexing reports;
+- suffixes match whatever their case (`B.CSV.GZ` is a `.csv.gz` log), as the
+  readers do;
+- a file without one of the job's suffixes that is nonetheless input data is a
+  dead letter `unsupported_suffix` standing for its bytes, so it counts
+  against the error budget: a compressed or archived file (`.xz`, `.lz4`,
+  `.gzip`, `.zip`, ...; in an input tree that is data, never a README) or a
+  data name with one more suffix (`events.csv.1`, `games.tar.bak`);
+- other files without one of the job's suffixes (README, checksums) are
+  skipped and counted (`other_suffix`) — unless named themselves, which
+  indexing reports;
 - a dangling symbolic link, an unreadable file or directory is a dead letter
   `unreadable`; a name that is not valid UTF-8 is a dead letter `bad_name`
   that shows the name's bytes escaped.
 
-Paths are made absolute and normalised (`a/../b.tar` is `b.tar`), so one file
+Every skipped file is counted by kind with the first few paths as examples
+(`skipped_files_accounting`), which every run summary prints
+(`skipped_files_line`). Paths are made absolute and normalised (`a/../b.tar` is `b.tar`), so one file
 reached by two spellings is one source. Object-store inputs (gs://, s3://)
 are listed through Beam's FileSystems; there every object is a regular file.
 """
@@ -24,6 +34,7 @@ from __future__ import annotations
 
 import glob
 import os
+import posixpath
 import stat
 from typing import Iterator
 
@@ -36,11 +47,71 @@ from shardmill.transforms.common.filesystem import is_local, normalize
 SKIP_KINDS = ("hidden", "not_regular", "other_suffix")
 TEMPORARY_SUFFIXES = (".tmp", ".part", ".partial", "~")
 GLOB_CHARS = "*?["
+# Compressed and archived files: in an input tree these are data, so one the job cannot read is lost input.
+COMPRESSED_SUFFIXES = (".gz", ".gzip", ".z", ".bz2", ".xz", ".lzma", ".lz", ".lz4", ".zst", ".zstd", ".sz",
+                       ".snappy", ".br", ".lzo", ".zip", ".7z", ".rar", ".tar", ".tgz", ".tbz", ".tbz2", ".txz")
+# Checksums and signatures beside a data file (`x.csv.md5`): not data themselves.
+SIDECAR_SUFFIXES = (".crc", ".md5", ".sha1", ".sha256", ".sha512", ".sig", ".asc")
+UNSUPPORTED_SUFFIX = "unsupported_suffix"  # the dead letter of a data file the job cannot read
+EXAMPLES_PER_KIND = 3  # skipped paths kept per kind: the summary's examples
 
 
 def skipped_files(parts: list[dict]) -> dict:
     """Files skipped by kind, summed over stats dicts that may hold a `skipped_files` entry."""
     return {kind: sum(part.get("skipped_files", {}).get(kind, 0) for part in parts) for kind in SKIP_KINDS}
+
+
+def skipped_files_accounting(parts: list[dict]) -> dict:
+    """The manifest's accounting of skipped files: `files_skipped` (kind -> files) and, when any was skipped,
+    `files_skipped_examples` (kind -> the first paths in sorted order, the same on every run)."""
+    examples: dict[str, list[str]] = {}
+    for part in parts:
+        for kind, paths in part.get("skipped_file_examples", {}).items():
+            examples[kind] = sorted({*examples.get(kind, []), *paths})[:EXAMPLES_PER_KIND]
+    accounting = {"files_skipped": skipped_files(parts)}
+    if examples:
+        accounting["files_skipped_examples"] = dict(sorted(examples.items()))
+    return accounting
+
+
+def _shown(path: str) -> str:
+    """A path shortened for a summary line: its folder and name."""
+    parts = path.rstrip("/").rsplit("/", 2)
+    return path if len(parts) < 3 else ".../" + "/".join(parts[1:])
+
+
+def skipped_files_line(accounting: dict) -> str | None:
+    """The summary line of the files discovery skipped, with an example of each kind; None when none was."""
+    counts = accounting.get("files_skipped") or {}
+    examples = accounting.get("files_skipped_examples") or {}
+    total = sum(counts.values())
+    if not total:
+        return None
+    kinds = [f"{n:,} {kind.replace('_', ' ')}" + (f" (e.g. {_shown(examples[kind][0])})" if examples.get(kind) else "")
+             for kind, n in counts.items() if n]
+    return f"skipped {total:,} file(s): {', '.join(kinds)}"
+
+
+def matches_suffix(path: str, suffixes: tuple[str, ...]) -> bool:
+    """Whether the path ends with one of the suffixes, whatever its case (the readers ignore case too)."""
+    return path.lower().endswith(suffixes)
+
+
+def unsupported_data(path: str, suffixes: tuple[str, ...]) -> str | None:
+    """Why a file without one of the job's suffixes is input data nonetheless (the dead letter's detail), or
+    None for a file that is not data (README, notes, checksums)."""
+    name = posixpath.basename(path.replace(os.sep, "/"))
+    stem, dot, last = name.lower().rpartition(".")
+    last = dot + last
+    if not dot or not stem or last in SIDECAR_SUFFIXES:
+        return None
+    data = max((s for s in suffixes if stem.endswith(s)), key=len, default=None)
+    if data is None and last not in COMPRESSED_SUFFIXES:
+        return None
+    readable = [s for s in suffixes if data and s.startswith(data)] or list(suffixes)
+    what = f"{data} data" if data else "a compressed file"
+    return (f"{name!r}: {what} ending in {last}, which this job does not read (it reads {', '.join(readable)}); "
+            "convert or rename it, or move it out of the input")
 
 
 def escaped(path: str) -> str:
@@ -84,13 +155,21 @@ def _classify(path: str, suffixes: tuple[str, ...], named: bool) -> Iterator[Lis
     if not stat.S_ISREG(info.st_mode):
         yield "skip", "not_regular", path
         return
-    if not named and not path.endswith(suffixes):
-        yield "skip", "other_suffix", path
+    if not named and not matches_suffix(path, suffixes):
+        yield _not_matched(path, info.st_size, suffixes)
         return
     if not os.access(path, os.R_OK):
         yield "dead", DeadLetter(path, "discover", "unreadable", "permission denied")
         return
     yield "file", path, info.st_size
+
+
+def _not_matched(path: str, size: int, suffixes: tuple[str, ...]) -> Listed:
+    """The listing event of a file without one of the job's suffixes: lost data or a skipped other file."""
+    why = unsupported_data(path, suffixes)
+    if why is None:
+        return "skip", "other_suffix", path
+    return "dead", DeadLetter(path, "discover", UNSUPPORTED_SUFFIX, why, records=-1, bytes=size)
 
 
 def _walk(top: str, suffixes: tuple[str, ...]) -> Iterator[Listed]:
@@ -125,8 +204,8 @@ def _list_remote(item: str, suffixes: tuple[str, ...]) -> Iterator[Listed]:
             named = meta.path == item
             if not named and any(is_hidden(part) for part in relative.split("/")):
                 yield "skip", "hidden", meta.path
-            elif not named and not meta.path.endswith(suffixes):
-                yield "skip", "other_suffix", meta.path
+            elif not named and not matches_suffix(meta.path, suffixes):
+                yield _not_matched(meta.path, meta.size_in_bytes, suffixes)
             else:
                 yield "file", meta.path, meta.size_in_bytes
 
@@ -198,16 +277,40 @@ class _ListInputFn(beam.DoFn):
                 yield beam.pvalue.TaggedOutput(ERRORS, event[1].to_dict())
 
 
-def _skip_stats(kind_and_count) -> dict:
-    return {"skipped_files": {kind_and_count[0]: kind_and_count[1]}}
+class _CountWithExamples(beam.CombineFn):
+    """Paths of one skip kind → (how many, the first EXAMPLES_PER_KIND in sorted order): the same whatever the
+    order they arrive in."""
+
+    def create_accumulator(self):
+        return 0, []
+
+    def add_input(self, accumulator, path):
+        count, examples = accumulator
+        return count + 1, sorted([*examples, path])[:EXAMPLES_PER_KIND]
+
+    def merge_accumulators(self, accumulators):
+        count, examples = 0, []
+        for n, paths in accumulators:
+            count, examples = count + n, sorted([*examples, *paths])[:EXAMPLES_PER_KIND]
+        return count, examples
+
+    def extract_output(self, accumulator):
+        return accumulator
+
+
+def _skip_stats(kind, count_and_examples) -> dict:
+    count, examples = count_and_examples
+    return {"skipped_files": {kind: count}, "skipped_file_examples": {kind: examples}}
 
 
 class DiscoverFiles(beam.PTransform):
     """Inputs (files, globs, directory trees) → batches (lists) of (path, size_in_bytes).
 
     Returns a dict: "batches", ERRORS (dead-letter dicts of files that can't
-    be read) and SOURCE_STATS ({"skipped_files": {kind: n}}, one per kind
-    skipped; skipped_files() sums them). Each file is listed, and each
+    be read, or that are data of a suffix the job can't read) and
+    SOURCE_STATS ({"skipped_files": {kind: n}, "skipped_file_examples":
+    {kind: [path, ...]}}, one per kind skipped; skipped_files_accounting()
+    sums them). Each file is listed, and each
     skipped file counted, once even if several inputs name it. Inputs that
     name nothing are allowed here; the CLI rejects them before the pipeline.
     """
@@ -234,9 +337,8 @@ class DiscoverFiles(beam.PTransform):
         skipped = (
             listed[SKIPPED]
             | "OncePerSkippedFile" >> beam.Distinct()  # overlapping inputs: one count per file
-            | "SkipKind" >> beam.Map(lambda kind_and_path: kind_and_path[0])
-            | "CountPerKind" >> beam.combiners.Count.PerElement()
-            | "SkipStats" >> beam.Map(_skip_stats)
+            | "CountPerKind" >> beam.CombinePerKey(_CountWithExamples())
+            | "SkipStats" >> beam.MapTuple(_skip_stats)
         )
         return {"batches": batches, ERRORS: listed[ERRORS], SOURCE_STATS: skipped}
 
@@ -260,8 +362,11 @@ def expand_inputs(inputs: list[str], suffixes: tuple[str, ...]) -> list[str]:
             if [e[:2] for e in events] == [("skip", "not_regular")]:
                 raise InputError(f"input {item!r}: not a regular file (a FIFO, socket or device is never opened)")
             kinds = ", ".join(suffixes[:-1]) + " or " + suffixes[-1]
+            unsupported = [e[1].path for e in events if e[0] == "dead" and e[1].reason == UNSUPPORTED_SUFFIX]
+            found = (f"; it holds data of suffixes the job does not read, e.g. {unsupported[0]!r}"
+                     if unsupported else "")
             raise InputError(f"input {item!r}: matches no {kinds} file "
-                             "(directories are searched recursively; hidden files are skipped)")
+                             f"(directories are searched recursively; hidden files are skipped){found}")
         checked.append(normalize(item))
     return checked
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from shardmill.transforms.common.discovery import skipped_files_line
 from shardmill.transforms.events.sampling import exact_keep_count
 
 
@@ -22,6 +23,9 @@ def render_summary(manifest: dict) -> str:
             f"{k} {v}" for k, v in acc["errors_by_reason"].items())),
         f"time {manifest['stats']['timings']['seconds']:.1f} s",
     ]
+    skipped = skipped_files_line(acc)
+    if skipped:
+        lines.insert(-1, skipped)
     if acc.get("partitions_left_out"):
         lines.insert(-1, f"partitions left out {acc['partitions_left_out']} (column types that can't be unified; "
                          "see the schema_conflict errors)")

@@ -152,16 +152,17 @@ def index_source(
 ) -> SourceIndex:
     """Indexes one source file. Never raises for bad data: it becomes dead letters."""
     rows = _Rows(path)
-    if path.endswith(COMPRESSED_ARCHIVE_SUFFIXES):
+    lowered = path.lower()  # suffixes match whatever their case, as discovery matches them
+    if lowered.endswith(COMPRESSED_ARCHIVE_SUFFIXES):
         detail = (f"{posixpath.basename(path)!r} is a gzip-compressed tar archive, whose members can only be "
                   "reached by inflating everything before them; decompress it to a .tar (gunzip) first")
         return SourceIndex(rows.table(), [DeadLetter(path, "index", "compressed_archive", detail)])
-    if not path.endswith(SOURCE_SUFFIXES):
+    if not lowered.endswith(SOURCE_SUFFIXES):
         detail = f"{posixpath.basename(path)!r} is neither a .gz chunk nor a .tar archive"
         return SourceIndex(rows.table(), [DeadLetter(path, "index", "unsupported_file", detail)])
     try:
         with opener(path) as fileobj:
-            if path.endswith(".tar"):
+            if lowered.endswith(".tar"):
                 return _index_tar(path, fileobj, method, expected_version, max_chunk_bytes)
             dead: list[DeadLetter] = []
             _index_chunk(rows, dead, 0, "", ChunkSpan(fileobj, 0, size), method, expected_version, max_chunk_bytes)

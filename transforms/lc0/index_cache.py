@@ -90,7 +90,7 @@ class IndexCache:
         """Archives: indexing one reads a header per member. A loose `.gz` game is indexed from its header and
         trailer, which costs what reading its entry back does (measured: 0.29 ms either way), and writing
         the entry three times that."""
-        return path.endswith(".tar")
+        return path.lower().endswith(".tar")
 
     def source_stamp(self, path: str, size: int):
         """What proves the source unchanged (see the module doc); None when it cannot be had (not cached)."""

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shardmill.transforms.common.discovery import skipped_files
+from shardmill.transforms.common.discovery import skipped_files_accounting
 from shardmill.transforms.common.pooled import pooled_empty
 from shardmill.transforms.lc0.loading import shuffle_schema
 from shardmill.transforms.lc0.summary import accounting
@@ -79,7 +79,7 @@ class Lc0ShardFormat(ShardFormat):
         loads = [p["load"] for p in parts if "load" in p]
         acc = accounting(plan_stats, loads, dead_letters, shards)
         acc["sources_indexed"] = sum(p.get("sources", 0) for p in parts)
-        acc["files_skipped"] = skipped_files(parts)
+        acc.update(skipped_files_accounting(parts))
         stats = {"accounting": acc, "sampling": plan_stats["sampling"]}
         cache = next((p["index_cache"] for p in parts if "index_cache" in p), None)
         if cache is not None:  # how this run went, as its timings: a rerun reads more from the cache, same output

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 
 from shardmill.transforms.common.dead_letter import count_reasons
+from shardmill.transforms.common.discovery import skipped_files_line
 from shardmill.transforms.lc0.index_summary import cache_notes
 
 
@@ -54,6 +55,9 @@ def render_summary(manifest: dict) -> str:
             f"{k} {v}" for k, v in acc["errors_by_reason"].items())),
         f"accounting {'balances' if acc['balanced'] else 'DOES NOT BALANCE'}",
     ]
+    skipped = skipped_files_line(acc)
+    if skipped:
+        lines.insert(-1, skipped)
     cache = timings.get("index_cache")
     if cache is not None:
         lines.insert(1, f"sources     {acc['sources_indexed']:>14,}   ({cache['sources_read']:,} read from the index "
