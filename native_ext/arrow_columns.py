@@ -8,9 +8,13 @@ those rows live in through pyarrow (only the Arrow-served columns, each row
 group once while it stays in a small cache: a batch's rows come from the
 row groups of one window), keeps the cached ones laid out as one table, and
 takes the batch's rows from it in one `take`: Arrow arrays (validity kept; strings and lists zero-copy from the
-decoded row group's buffers, after one `take`), numpy object arrays, or
+decoded row group's buffers, after one `take`), numpy arrays, or
 flat buffers on request: strings, binary and lists as offsets + values (what
 a tokenizer or a nested tensor takes, without a Python object per row).
+
+In numpy every value is exact: numbers and booleans are masked arrays of
+their own dtype (the mask is True at nulls), never floats with NaN for nulls,
+which would round integers above 2^53 and turn booleans into objects.
 """
 
 from __future__ import annotations
@@ -42,9 +46,58 @@ def _offsets(column: pa.Array, width: int) -> np.ndarray:
     return raw.astype(np.int64)
 
 
+def _numeric_or_boolean(kind: pa.DataType) -> bool:
+    return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
+
+
+def _nulls(column: pa.Array) -> np.ndarray:
+    """True at each null row, from the validity bitmap (pyarrow's is_null costs ~10x more)."""
+    if not column.null_count:
+        return np.zeros(len(column), dtype=bool)
+    bits = np.frombuffer(column.buffers()[0], np.uint8)
+    return np.unpackbits(bits, count=column.offset + len(column), bitorder="little")[column.offset:] == 0
+
+
+def as_numpy(column: pa.Array) -> np.ndarray:
+    """A column as numpy, every value exact: numbers and booleans as a masked array of their own dtype (mask True
+    at nulls, the values under it 0, False or NaN), lists as an object array of their rows' arrays (None for a
+    null row; items converted the same way, a row's array masked only where it holds a null item: a masked
+    array per row costs ~50x more than a slice), anything else as pyarrow converts it (strings: objects, None
+    for nulls)."""
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    if pa.types.is_list_view(column.type) or pa.types.is_large_list_view(column.type):
+        column = column.cast(pa.large_list(column.type.value_type))
+    kind = column.type
+    if _numeric_or_boolean(kind):
+        nulls = _nulls(column)
+        if column.null_count and not pa.types.is_floating(kind):  # pyarrow would make them float64 or objects
+            column = column.fill_null(pa.scalar(False if pa.types.is_boolean(kind) else 0, kind))
+        return np.ma.MaskedArray(column.to_numpy(zero_copy_only=False), mask=nulls, copy=False)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        if pa.types.is_fixed_size_list(kind):
+            offsets = np.arange(len(column) + 1, dtype=np.int64) * kind.list_size
+            items = column.values.slice(column.offset * kind.list_size, len(column) * kind.list_size)
+        else:
+            offsets = _offsets(column, 4 if pa.types.is_list(kind) else 8)
+            items = column.values.slice(offsets[0], offsets[-1] - offsets[0])
+            offsets = offsets - offsets[0]
+        values = as_numpy(items)
+        plain, item_nulls = np.ma.getdata(values), np.ma.getmaskarray(values)
+        nulls_before = np.concatenate([[0], np.cumsum(item_nulls)]).tolist()  # null items before each item
+        bounds = offsets.tolist()
+        rows = np.empty(len(column), dtype=object)
+        for i in np.flatnonzero(~_nulls(column)).tolist():
+            begin, end = bounds[i], bounds[i + 1]
+            rows[i] = (np.ma.MaskedArray(plain[begin:end], mask=item_nulls[begin:end], copy=False)
+                       if nulls_before[end] > nulls_before[begin] else plain[begin:end])
+        return rows
+    return column.to_numpy(zero_copy_only=False)
+
+
 def as_offsets_values(column: pa.Array) -> OffsetsValues | np.ndarray:
     """Strings, binary and lists as OffsetsValues (a list of strings: offsets into OffsetsValues); any other
-    column as a numpy array."""
+    column as as_numpy makes it."""
     if pa.types.is_dictionary(column.type):
         column = column.dictionary_decode()
     if pa.types.is_string_view(column.type) or pa.types.is_binary_view(column.type):
@@ -63,15 +116,16 @@ def as_offsets_values(column: pa.Array) -> OffsetsValues | np.ndarray:
         offsets = _offsets(column, 4 if pa.types.is_list(kind) else 8)
         items = column.values.slice(offsets[0], offsets[-1] - offsets[0])
         return OffsetsValues(offsets - offsets[0], as_offsets_values(items), valid)
-    return column.to_numpy(zero_copy_only=False)
+    return as_numpy(column)
 
 
 class ArrowColumns:
     """Adds the Arrow-served columns to native batches.
 
     shard_paths: as the native reader opens them (absolute local paths or URIs).
-    as_format: one of ARROW_FORMATS (the reader checks it): "arrow" arrays, "numpy" arrays (object for
-      strings, lists and nulls), "offsets" (strings, binary and lists as OffsetsValues, the rest numpy).
+    as_format: one of ARROW_FORMATS (the reader checks it): "arrow" arrays, "numpy" arrays (as_numpy: masked
+      arrays for numbers and booleans, objects for strings and lists), "offsets" (strings, binary and lists as
+      OffsetsValues, the rest as with "numpy").
     row_groups: rows per row group, per shard (the manifest's).
     cached_row_groups: decoded row groups kept (least recently used goes first).
     cached_path: shard index -> the local path of its cached copy (the reader's shard cache), or None:
@@ -141,7 +195,7 @@ class ArrowColumns:
         for name in self.columns:
             column = taken.column(name).combine_chunks()
             if self._format == "numpy":
-                batch[name] = column.to_numpy(zero_copy_only=False)
+                batch[name] = as_numpy(column)
             elif self._format == "offsets":
                 batch[name] = as_offsets_values(column)
             else:

@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from shardmill.native_ext.arrow_columns import as_numpy
 from shardmill.native_ext.converters import Converter
 from shardmill.native_ext.dataset import DEFAULT_COLUMNS, open_dataset
 from shardmill.native_ext.options import OrderOptions, ReadOptions, ShardOptions, check_type
@@ -69,7 +70,8 @@ class _ShardDatasetIterator(grain.DatasetIterator):
 
     def _open(self) -> ShardReader:
         if self._reader is None:
-            # Grain's elements are numpy: strings, lists and columns with nulls as object arrays.
+            # Grain's elements are numpy: numbers and booleans with nulls as masked arrays, strings and lists as
+            # object arrays (arrow_columns.as_numpy).
             self._reader = ShardReader(*self._args, state=self._restore, arrow_columns_as="numpy",
                                        **self._reader_kwargs)
             self._restore = None
@@ -103,7 +105,8 @@ class _ShardDatasetIterator(grain.DatasetIterator):
 
 class ShardDataSource(grain.sources.RandomAccessDataSource):
     """Record i of a shardmill output as a dict of numpy values (fixed-size binary as uint8 arrays, token
-    samples as arrays of their dtype; columns None: the output's own, as ShardReader's).
+    samples as arrays of their dtype, numbers exactly in their own dtype, None for a null; columns None: the
+    output's own, as ShardReader's).
 
     cached_row_groups: decoded row groups kept (least recently used goes first).
     """
@@ -157,17 +160,23 @@ class ShardDataSource(grain.sources.RandomAccessDataSource):
             files[shard] = pq.ParquetFile(filesystem.open_input_file(path))
         # Decoded outside the lock (pyarrow releases the GIL): threads decode different row groups at once.
         table = files[shard].read_row_group(index, columns=self._columns)
-        decoded = {}
+        decoded = {}  # name -> (values, nulls: bool per row or None)
         for name in self._columns:
             column = table.column(name).combine_chunks()
+            nulls = None
             if pa.types.is_fixed_size_binary(column.type):
                 width = column.type.byte_width
                 values = np.frombuffer(column.buffers()[1], np.uint8)
-                decoded[name] = values[column.offset * width:(column.offset + len(column)) * width].reshape(-1, width)
+                values = values[column.offset * width:(column.offset + len(column)) * width].reshape(-1, width)
                 if name in self._typed:
-                    decoded[name] = decoded[name].view(self._typed[name])
+                    values = values.view(self._typed[name])
             else:
-                decoded[name] = column.to_numpy(zero_copy_only=False)
+                values = as_numpy(column)
+                if isinstance(values, np.ma.MaskedArray):
+                    # Numbers and booleans: a record's value is read from the plain arrays (indexing a masked array
+                    # costs ~20x more).
+                    values, nulls = values.data, (values.mask if column.null_count else None)
+            decoded[name] = (values, nulls)
         with self._lock:
             self._cache[group] = decoded
             while len(self._cache) > self._cached_row_groups:
@@ -181,7 +190,8 @@ class ShardDataSource(grain.sources.RandomAccessDataSource):
         group = bisect.bisect_right(self._starts, key) - 1
         decoded = self._row_group(group)
         row = key - self._starts[group]
-        return {name: values[row] for name, values in decoded.items()}
+        return {name: None if nulls is not None and nulls[row] else values[row]
+                for name, (values, nulls) in decoded.items()}
 
     def __repr__(self) -> str:
         return f"ShardDataSource({self._path!r}, columns={self._columns})"

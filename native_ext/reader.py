@@ -57,8 +57,9 @@ class ShardReader:
     columns as (batch, width) uint8, token samples as (batch, seq_length +
     extra) arrays of their dtype, numeric columns as 1-D arrays; strings,
     binary, lists, dictionaries and columns with nulls as Arrow arrays,
-    numpy object arrays with arrow_columns_as="numpy", or offsets + values
-    with "offsets"), plus
+    numpy arrays with arrow_columns_as="numpy" (numbers and booleans as masked
+    arrays of their own dtype, strings and lists as objects), or offsets +
+    values with "offsets"), plus
     `record_index` (int64: the record's position in the dataset, stable
     across epochs and ranks), `record_seed` (uint64: keyed hash of (seed,
     record_index), for stateless reproducible augmentations; mix in `epoch`
@@ -89,8 +90,10 @@ class ShardReader:
         reader started at 0 serves in that epoch); num_epochs still counts
         from epoch 0, so it must be larger. Not with `state`.
       arrow_columns_as: "arrow" (pyarrow arrays, nulls kept), "numpy"
-        (object arrays, None for nulls) or "offsets" (strings, binary and
-        lists as OffsetsValues: offsets, values, valid) for the columns the
+        (every value exact: numbers and booleans as masked arrays of their own
+        dtype, masked at nulls; strings and lists as object arrays, None for
+        nulls) or "offsets" (strings, binary and lists as OffsetsValues:
+        offsets, values, valid; the rest as with "numpy") for the columns the
         native core does not arrange (arrow_columns.py).
       follow_generations: at each epoch boundary, serve the newest generation
         the output has committed since (a job rerun into the same output): the

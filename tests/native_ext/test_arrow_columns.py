@@ -10,7 +10,8 @@ from shardmill.native_ext import OrderOptions, ShardOptions, ShardReader, load_m
 from shardmill.native_ext.arrow_columns import OffsetsValues
 from shardmill.pipelines import cli
 
-COLUMNS = ["id", "user", "tags", "category", "score", "clicked", "_partition"]
+COLUMNS = ["id", "user", "tags", "category", "score", "clicked", "account", "flag", "visits", "_partition"]
+BEYOND_FLOAT = 2**53 + 1  # the first integer float64 cannot hold
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +30,9 @@ def label_output(tmp_path_factory):
             "category": pa.array([["web", "app", "tv"][i % 3] for i in ids]).dictionary_encode(),
             "score": [None if i % 5 == 0 else float(i) / 3 for i in ids],
             "clicked": (rng.random(n) < 0.3).astype(np.int64),
+            "account": [None if i % 6 == 0 else BEYOND_FLOAT + 2 * i for i in ids],
+            "flag": [None if i % 4 == 0 else bool(i % 3) for i in ids],
+            "visits": [None if i % 9 == 0 else [BEYOND_FLOAT + 2 * i, None, i][:1 + i % 3] for i in ids],
         })
         pq.write_table(table, logs / f"part-{part}.parquet", row_group_size=100)
     out = base / "out"
@@ -46,8 +50,11 @@ def check_rows(batch, expected, columns=COLUMNS):
     for name in columns:
         got = batch[name]
         want = expected.column(name).take(rows).combine_chunks()
-        if isinstance(got, np.ndarray) and got.dtype != object:  # native, or numbers with nulls as NaN
-            assert np.array_equal(got, want.to_numpy(zero_copy_only=False), equal_nan=True), name
+        if isinstance(got, np.ma.MaskedArray):  # numbers and booleans through Arrow: exact, masked at nulls
+            assert got.dtype == want.type.to_pandas_dtype() and got.mask.tolist() == want.is_null().to_pylist(), name
+            assert got.tolist() == want.to_pylist(), name
+        elif isinstance(got, np.ndarray) and got.dtype != object:  # native
+            assert np.array_equal(got, want.to_numpy(zero_copy_only=False)), name
         elif isinstance(got, np.ndarray):
             plain = [v.tolist() if isinstance(v, np.ndarray) else v for v in got]
             assert plain == want.to_pylist(), name
@@ -71,7 +78,7 @@ def test_every_column_is_served_as_pyarrow_reads_it_across_ranks_and_epochs(labe
         assert len(orders[0]) == expected.num_rows // 2 and not np.array_equal(orders[0], orders[1])
 
 
-def test_arrow_columns_as_numpy_are_object_arrays_with_none_for_nulls(label_output):
+def test_arrow_columns_as_numpy_are_objects_with_none_for_nulls_and_masked_numbers(label_output):
     out, expected = label_output
     with ShardReader(out, batch_size=100, arrow_columns_as="numpy") as reader:
         for batch in reader:
@@ -107,7 +114,30 @@ def test_arrow_columns_as_offsets_are_flat_buffers_of_the_same_rows(label_output
                 items = len(got.values.valid) if isinstance(got.values, OffsetsValues) else len(got.values)
                 assert got.offsets[-1] == items and got.valid.tolist() == [w is not None for w in want]
                 assert as_python(got) == want, name
-            check_rows(batch, expected, ["score"])  # not variable-length: numpy, nulls as NaN
+            check_rows(batch, expected, ["score"])  # not variable-length: a masked array
+
+
+@pytest.mark.parametrize("as_format", ["numpy", "offsets"])
+def test_nullable_integers_and_booleans_are_served_exactly_as_masked_arrays(label_output, as_format):
+    out, expected = label_output
+    assert expected.column("account").type == pa.int64() and expected.column("account").null_count > 0
+    assert expected.column("flag").type == pa.bool_() and expected.column("flag").null_count > 0
+    with ShardReader(out, batch_size=100, arrow_columns_as=as_format, order_options=OrderOptions(seed=5)) as reader:
+        for batch in reader:
+            account, flag = batch["account"], batch["flag"]
+            assert isinstance(account, np.ma.MaskedArray) and account.dtype == np.int64
+            assert isinstance(flag, np.ma.MaskedArray) and flag.dtype == np.bool_
+            assert min(v for v in account.tolist() if v is not None) >= BEYOND_FLOAT  # odd, so not float64-exact
+            check_rows(batch, expected, ["account", "flag", "score"])
+            want = expected.column("visits").take(pa.array(batch["record_index"])).to_pylist()
+            if as_format == "numpy":
+                check_rows(batch, expected, ["visits"])
+                assert all(v.dtype == np.int64 for v in batch["visits"] if v is not None)
+            else:
+                visits = batch["visits"]
+                assert isinstance(visits.values, np.ma.MaskedArray) and visits.values.dtype == np.int64
+                assert [visits.values[a:b].tolist() if valid else None for a, b, valid in
+                        zip(visits.offsets[:-1], visits.offsets[1:], visits.valid)] == want
 
 
 def test_resume_and_elastic_resume_serve_the_same_rows_with_their_columns(label_output):
@@ -158,5 +188,11 @@ def test_the_grain_adapters_yield_numpy(label_output):
     out, expected = label_output
     batch = next(iter(ShardIterDataset(out, batch_size=16)))
     check_rows(batch, expected, ["user", "tags", "score"])
+    check_rows(batch, expected, ["account", "flag"])
+    assert batch["account"].dtype == np.int64
     source = ShardDataSource(out)
     assert source[3]["user"] == expected.column("user")[3].as_py()
+    for record in range(20):  # nulls as None, numbers exact in their own dtype
+        for name in ("account", "flag"):
+            value, want = source[record][name], expected.column(name)[record].as_py()
+            assert (value is None) if want is None else (value == want and isinstance(value, np.generic)), name
