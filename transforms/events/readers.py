@@ -307,40 +307,46 @@ def _read_parquet(f, part: EventRange, columns: list[str] | None, label_column: 
 
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+# Folder values typed only when they are plain literals: Python's int() and float() also take "1_000", " 7",
+# non-ASCII digits, "nan" and "inf", which a folder name means as text.
+_HIVE_INTEGER = re.compile(r"[+-]?[0-9]+")
+_HIVE_DOUBLE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def hive_value(text: str) -> int | float | str | None:
+    """A decoded folder value, typed: an int for a plain decimal integer int64 holds, a float for a plain
+    decimal or scientific literal, else the text; None for Hive's null partition and for an empty value
+    (Hive writes an empty partition value as its null partition)."""
+    if text in ("", HIVE_NULL):
+        return None
+    if _HIVE_INTEGER.fullmatch(text):
+        number = int(text)
+        return number if -2**63 <= number < 2**63 else text  # beyond int64: its text, not a rounded double
+    if _HIVE_DOUBLE.fullmatch(text):
+        number = float(text)
+        return number if math.isfinite(number) else text
+    return text
 
 
 def hive_values(relative: str) -> list[tuple[str, object]]:
-    """The `key=value` folders of a relative path, outermost first, each value typed: int64, double or string
-    (None for Hive's null partition)."""
+    """The `key=value` folders of a relative path, outermost first, each value typed by hive_value."""
     values = []
     for folder in relative.split("/")[:-1]:
         key, sep, raw = folder.partition("=")
-        if not sep or not key:
-            continue
-        value = urllib.parse.unquote(raw)
-        if value == HIVE_NULL:
-            values.append((urllib.parse.unquote(key), None))
-            continue
-        try:
-            number = int(value)
-            # An integer int64 can't hold stays its text, not a rounded double.
-            value = number if -2**63 <= number < 2**63 else value
-        except ValueError:
-            try:
-                number = float(value)
-                value = number if math.isfinite(number) else value
-            except ValueError:
-                pass
-        values.append((urllib.parse.unquote(key), value))
+        if sep and key:
+            values.append((urllib.parse.unquote(key), hive_value(urllib.parse.unquote(raw))))
     return values
 
 
 def with_hive_columns(table: pa.Table, relative: str) -> pa.Table:
-    """The table with a constant column per `key=value` folder of its partition (its own columns win)."""
+    """The table with a constant column per `key=value` folder of its partition (its own columns win).
+
+    A null value is a column of Arrow's null type, which unifies with the key's type in other folders."""
     for key, value in hive_values(relative):
         if key in table.column_names:
             continue
-        type_ = pa.int64() if isinstance(value, int) else pa.float64() if isinstance(value, float) else pa.string()
+        type_ = (pa.null() if value is None else pa.int64() if isinstance(value, int)
+                 else pa.float64() if isinstance(value, float) else pa.string())
         table = table.append_column(key, pa.array([value] * table.num_rows, type=type_))
     return table
 

@@ -415,3 +415,28 @@ def test_a_partition_by_key_in_no_folder_is_a_config_error(two_days, tmp_path):
     with pytest.raises(ConfigError, match=r"no input file is below a country=\.\.\. folder \(hive keys found: dt\)"):
         run_config([str(two_days)], tmp_path / "o",
                    'label_column: "clicked" mode: EXACT hive_partitioning: true partition_by: "country"')
+
+
+def test_empty_and_null_hive_folders_unify_with_their_keys_other_values_in_whole_and_range_reads(tmp_path):
+    logs = tmp_path / "logs"
+    layout = {"dt=1_000/hour=1": 30, "dt=1_000/hour=": 20, "dt=2026-11-01/hour=2": 30,
+              "dt=2026-11-01/hour=__HIVE_DEFAULT_PARTITION__": 20}
+    for folder, rows in layout.items():
+        (logs / folder).mkdir(parents=True)
+        (logs / folder / "part-0.csv").write_text("id,clicked\n" + "".join(f"{i},{i % 2}\n" for i in range(rows)))
+    outputs = {}
+    for max_bytes in (268435456, 40):
+        config = validate(parse_config(  # the default error budget: a schema conflict would reject the run
+            f'input: "{logs}"\noutput {{ num_shards: 1 }}\nlabel_sampling {{ label_column: "clicked" ratio: 100 '
+            f'hive_partitioning: true max_partition_bytes: {max_bytes} }}'))
+        out = tmp_path / f"o{max_bytes}"
+        manifest = run_job(config, expand_inputs([str(logs)], EVENT_SUFFIXES), str(out), PipelineOptions([]))
+        assert not read_errors(str(out), manifest) and manifest["stats"]["accounting"]["records_written"] == 100
+        table = read_rows(str(out), manifest)
+        assert table.schema.field("dt").type == pa.string() and table.schema.field("hour").type == pa.int64()
+        outputs[max_bytes] = sorted(zip(table["dt"].to_pylist(), table["hour"].to_pylist(), table["id"].to_pylist()),
+                                    key=str)
+    assert outputs[40] == outputs[268435456]
+    assert {(dt, hour) for dt, hour, _ in outputs[40]} == {("1_000", 1), ("1_000", None), ("2026-11-01", 2),
+                                                           ("2026-11-01", None)}
+

@@ -439,6 +439,48 @@ def test_hive_folders_give_typed_values_with_escapes_and_nulls():
     from shardmill.transforms.events.readers import hive_values
 
     assert hive_values("dt=2026-11-01/n=7/x=2.5/c=a%3Db/empty=/k=__HIVE_DEFAULT_PARTITION__/plain/part.csv") == [
-        ("dt", "2026-11-01"), ("n", 7), ("x", 2.5), ("c", "a=b"), ("empty", ""), ("k", None)]
+        ("dt", "2026-11-01"), ("n", 7), ("x", 2.5), ("c", "a=b"), ("empty", None), ("k", None)]
     assert hive_values("n=99999999999999999999/inf=inf/part.csv") == [("n", "99999999999999999999"), ("inf", "inf")]
     assert hive_values("part.csv") == [] and hive_values("=v/part.csv") == []
+
+
+def test_hive_values_are_numbers_only_when_they_are_plain_literals():
+    from shardmill.transforms.events.readers import hive_values
+
+    def hive_value(text):
+        return hive_values(f"k={text}/part.csv")[0][1]
+
+    typed = {"1000": 1000, "-7": -7, "+3": 3, "007": 7, "2.5": 2.5, ".5": 0.5, "1.": 1.0, "1e3": 1000.0,
+             "-1.5E-2": -0.015}
+    text = ["1_000", "1_0.5", " 1", "1 ", "0x10", "\u0663", "nan", "inf", "-Infinity", "1e999", "1e", "e3", ".", "+",
+            "2026-11-01", "1,5"]
+    assert {t: hive_value(t) for t in typed} == typed
+    assert all(type(hive_value(t)) is type(v) for t, v in typed.items())
+    assert {t: hive_value(t) for t in text} == {t: t for t in text}
+    assert hive_value("") is None and hive_value("__HIVE_DEFAULT_PARTITION__") is None
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+def test_an_empty_folder_value_is_null_in_whole_and_range_reads_alike(tmp_path, fmt):
+    from shardmill.transforms.events.partitions import common_root as root_of
+
+    folder = tmp_path / "logs" / "dt=1_000" / "hour="
+    folder.mkdir(parents=True)
+    path = folder / f"part.{fmt}"
+    rows = [{"id": i, "clicked": i % 2} for i in range(300)]
+    if fmt == "csv":
+        path.write_text("id,clicked\n" + "".join(f"{r['id']},{r['clicked']}\n" for r in rows))
+    elif fmt == "jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:
+        pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=30)
+    options = EventReadOptions("clicked", hive_partitioning=True)
+    root = root_of([str(tmp_path / "logs")])
+    for max_bytes in (1 << 28, 200):
+        ranges = split_file(str(path), path.stat().st_size, max_bytes, opener=local_open, root=root)
+        assert (len(ranges) > 1) == (max_bytes == 200)
+        parts = [read_events(r, options, opener=local_open) for r in ranges]
+        assert all(p.table.schema.field("hour").type == pa.null() for p in parts)
+        assert {(v, h) for p in parts for v, h in zip(p.table["dt"].to_pylist(), p.table["hour"].to_pylist())} == {
+            ("1_000", None)}
+        assert sum(p.table.num_rows for p in parts) == 300
