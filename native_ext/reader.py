@@ -37,6 +37,8 @@ import threading
 from typing import Iterator, Sequence
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
 
 from shardmill.native_ext._native import NativeError, NativeReader, ReaderOptions
 from shardmill.native_ext.arrow_columns import ARROW_FORMATS, ArrowColumns
@@ -46,6 +48,7 @@ from shardmill.native_ext.converters import CONVERTERS, Converter
 from shardmill.native_ext.dataset import (DEFAULT_COLUMNS, OutputError, load_manifest,  # noqa: F401  (re-exported)
                                           newest_generation, open_dataset)
 from shardmill.native_ext.options import OrderOptions, ReadOptions, ShardOptions, check_type
+from shardmill.native_ext.remote import filesystem_of
 
 _LOG = logging.getLogger(__name__)
 
@@ -341,19 +344,41 @@ class ShardReader:
                         self._follow_newest()
                     batch = self._native.next_batch()
         except NativeError as err:
-            raise OutputError(str(err)) from None
+            raise self._deleted_generation() or OutputError(str(err)) from None
         if batch is None:
             raise StopIteration
         for name, dtype in self._typed.items():
             if name in batch:  # token samples: (batch, row bytes) uint8 viewed as (batch, tokens) of their dtype
                 batch[name] = batch[name].view(dtype)
         if self._arrow is not None:
-            self._arrow.add(batch)
+            try:
+                self._arrow.add(batch)
+            except OSError as err:
+                deleted = self._deleted_generation()
+                if deleted is None:
+                    raise
+                raise deleted from err
         if self._carrier is not None:
             del batch[self._carrier]
         if self._converter is not None:
             self._converter.finish(batch)
         return batch
+
+    def _deleted_generation(self) -> OutputError | None:
+        """After a failed read: the error to raise if shards of the generation being served are gone (a rerun
+        into the output deleted it, or a hand did), else None. Only on that path, so reads pay nothing for it."""
+        try:
+            for location, shard in zip(self._shard_paths, self._manifest["shards"]):
+                filesystem, path = filesystem_of(location, self._read.remote)
+                if filesystem.get_file_info(path).type == pafs.FileType.NotFound:
+                    return OutputError(
+                        f"{self._path}: generation {self._generation} was deleted while this reader was serving it "
+                        f"({shard['path']} is gone): a rerun into the output deletes the generation before it "
+                        f"unless the job keeps it with output.keep_generations >= 2, so readers end their epoch "
+                        f"on it")
+        except (OSError, ValueError, pa.ArrowException):
+            pass  # the store cannot say: the read's own error stands
+        return None
 
     def _next_elastic(self) -> dict | None:
         """The next batch of an elastic epoch (pieces read one at a time, batches cut across them),

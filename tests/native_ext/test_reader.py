@@ -367,6 +367,23 @@ def _save(directory, manifest):
         json.dump(manifest, f)
 
 
+@pytest.mark.parametrize("columns", [["frame"], ["frame", "source"]])  # native only; and one through Arrow
+def test_a_generation_deleted_under_a_following_reader_is_an_output_error_saying_so(tmp_path, columns):
+    directory = str(tmp_path / "out")
+    write_output(directory, [500, 500, 333], row_group_rows=50, width=12)
+    with ShardReader(directory, 40, columns, num_epochs=2, follow_generations=True,
+                     order_options=OrderOptions(seed=1, window_row_groups=2)) as reader:
+        next(reader)
+        for name in os.listdir(directory):
+            if name.startswith("g000001-"):
+                os.remove(os.path.join(directory, name))
+        with pytest.raises(OutputError, match=r"out: generation 1 was deleted while this reader was serving it "
+                                              r"\(g000001-shard-0000\d-of-00003.parquet is gone\).*"
+                                              r"output.keep_generations >= 2"):
+            for _ in reader:
+                pass
+
+
 def test_directory_without_manifest_is_refused(tmp_path):
     with pytest.raises(OutputError, match="no .manifest.json"):
         ShardReader(str(tmp_path))
