@@ -226,11 +226,61 @@ def _add_inspect_parser(subparsers, common) -> argparse.ArgumentParser:
     return p
 
 
+def _rejected_report(output_dir: str) -> str | None:
+    """Where the report of the output's last rejected run is (its `.rejected/` files), or None when it has none."""
+    import pyarrow.fs as pafs
+
+    from shardmill.native_ext.dataset import locate
+    from shardmill.transforms.output.contract import (ERRORS_NAME, FORMAT2_REJECTED_DIR_NAME, REJECTED_DIR_NAME,
+                                                      REPORT_MANIFEST_NAME)
+
+    fs, base, _ = locate(output_dir)
+    for directory in (REJECTED_DIR_NAME, FORMAT2_REJECTED_DIR_NAME):
+        names = [f"{directory}/{name}" for name in (REPORT_MANIFEST_NAME, ERRORS_NAME)]
+        try:
+            infos = fs.get_file_info([f"{base}/{name}" for name in names])
+        except (OSError, ValueError):  # a store that can't be listed: no report to point at
+            return None
+        found = [name for name, info in zip(names, infos) if info.type == pafs.FileType.File]
+        if found:
+            shown = output_dir.rstrip("/")
+            return " and ".join(f"{shown}/{name}" for name in found)
+    return None
+
+
+def _no_output(output_dir: str):
+    """A clearer OutputError for a path holding no committed output, when the path is missing or holds only a
+    rejected run's report; None otherwise (the reader's own error stands)."""
+    import pyarrow.fs as pafs
+
+    from shardmill.native_ext.dataset import OutputError, locate
+    from shardmill.transforms.output.contract import MANIFEST_NAMES
+
+    fs, base, _ = locate(output_dir)
+    if fs.get_file_info(base).type == pafs.FileType.NotFound:
+        return OutputError(f"{output_dir!r} does not exist (inspect reads the output directory a run wrote)")
+    if any(info.type != pafs.FileType.NotFound for info in fs.get_file_info([f"{base}/{n}" for n in MANIFEST_NAMES])):
+        return None
+    report = _rejected_report(output_dir)
+    if report is None:
+        return None
+    return OutputError(f"{output_dir!r} holds no committed output: its last run exceeded max_error_fraction and "
+                       f"committed nothing; its report is in {report}")
+
+
 def _inspect(args, beam_args) -> int:
     from shardmill.native_ext import load_manifest  # checks every shard against the manifest too
+    from shardmill.native_ext.dataset import OutputError
     from shardmill.pipelines.jobs import job_kind_of_manifest
 
-    manifest = load_manifest(args.output_dir)
+    try:
+        manifest = load_manifest(args.output_dir)
+    except OutputError as err:
+        try:
+            clearer = _no_output(args.output_dir)
+        except (OSError, ValueError):  # the reader's error stands
+            clearer = None
+        raise (clearer or err) from None
     kind = job_kind_of_manifest(manifest)
     if args.json:
         print(json.dumps(manifest["stats"], indent=1))
@@ -238,6 +288,10 @@ def _inspect(args, beam_args) -> int:
         print(f"{args.output_dir}: {manifest['num_shards']} shard(s), {kind.name} job, {kind.describe(manifest)}, "
               f"seed {manifest['seed']}")
         print(kind.render_summary(manifest))
+        report = _rejected_report(args.output_dir)
+        if report:  # a later run was rejected (a commit removes the report): the output shown is older
+            print(f"the last run was rejected (over max_error_fraction) and committed nothing; its report is in "
+                  f"{report}")
     if args.plot:
         kind.plot(manifest, args.plot)
         print(f"charts written to {args.plot}")

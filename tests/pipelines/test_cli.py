@@ -163,3 +163,31 @@ def test_the_command_keeps_freed_arrow_pages_before_pyarrow_loads(preset, expect
              "print('pyarrow' in sys.modules, os.environ['MIMALLOC_PURGE_DELAY'])")
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", expected]
+
+
+def test_inspect_of_a_missing_path_says_it_does_not_exist(tmp_path, capsys):
+    missing = str(tmp_path / "no-such-output")
+    assert cli.main(["inspect", missing]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"shardmill inspect: error: {missing!r} does not exist (inspect reads the output directory a run wrote)")
+
+
+@pytest.mark.slow
+def test_inspect_points_at_the_report_of_a_rejected_run(job, capsys):
+    config, out = job
+    strict = config + ".strict"
+    with open(config) as f, open(strict, "w") as g:  # the dataset's bad files are over a zero budget
+        g.write(f.read().replace("max_error_fraction: 0.5", "max_error_fraction: 0"))
+    assert cli.main(["run", "--config", strict, "--output", out]) == 1
+    capsys.readouterr()
+    assert cli.main(["inspect", out]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"shardmill inspect: error: {out!r} holds no committed output: its last run exceeded max_error_fraction "
+        f"and committed nothing; its report is in {out}/.rejected/manifest.json and {out}/.rejected/errors.jsonl")
+
+    assert cli.main(["run", "--config", config, "--output", out]) == 0  # committed: the report goes
+    assert cli.main(["run", "--config", strict, "--output", out, "--overwrite"]) == 1
+    capsys.readouterr()
+    assert cli.main(["inspect", out]) == 0  # the committed output, and a word on the rejected run after it
+    assert (f"the last run was rejected (over max_error_fraction) and committed nothing; its report is in "
+            f"{out}/.rejected/manifest.json and {out}/.rejected/errors.jsonl") in capsys.readouterr().out
