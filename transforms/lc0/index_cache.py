@@ -11,14 +11,18 @@ unchanged and the indexing the same:
 
 Layout: `<location>/v1/<3 hex digits>/<hash of path>.<hash of key>.entry`, each entry written
 atomically (temporary name, then rename), so concurrent runs sharing a cache at worst write the same
-entry twice. An entry is checked before it is used: a header naming its key (it must be the key asked
-for) and the SHA-256 of its rows, the rows' schema and sources; a damaged or foreign entry is ignored with a
-warning, and the source indexed again and its entry rewritten. Nothing in an entry is trusted unchecked.
+entry twice. An entry is checked before it is used: only a regular file is opened (a FIFO would block the
+run, a link to a device would be read without end), and no more of it is read than its header records; the
+header names its key (it must be the key asked for), the rows' length and SHA-256; then the rows' schema and
+sources. A damaged, foreign or odd entry is ignored with a warning, and the source indexed again and its entry
+rewritten. Nothing in an entry is trusted unchecked.
 
 Growth is bounded by two rules: writing a source's entry removes that source's other entries (a changed
 source leaves one), and a run removes entries not used for `max_age_days` (a local entry's time is
 refreshed whenever a run uses it; an object store's entry expires that long after it was written and is
-rebuilt once), so vanished sources leave the cache within that time.
+rebuilt once), so vanished sources leave the cache within that time. A write that failed (a full disk) removes
+its temporary file, and a run also removes temporary files older than TEMP_MAX_AGE_SECONDS: those of a
+process killed mid-write.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import io
 import json
 import os
 import posixpath
+import stat
 import threading
 import time
 
@@ -39,10 +44,13 @@ from shardmill.transforms.common.dead_letter import DeadLetter
 from shardmill.transforms.common.filesystem import is_local, normalize, read_all, write_bytes_atomically
 from shardmill.transforms.lc0.chunk_index import INDEX_SCHEMA, SourceIndex
 
-FORMAT = "shardmill-index-cache-1"
+FORMAT = "shardmill-index-cache-2"  # 2: the header records the rows' length
 MAGIC = FORMAT.encode() + b"\n"
 MAX_HEADER_BYTES = 64 << 20
 ENTRY_SUFFIX = ".entry"
+TEMP_MARK = ".tmp-"  # in the name of an entry being written: `.<entry name>.tmp-<pid>-<thread>`
+# A temporary file this old is a leftover (a write takes milliseconds): a killed process's, or a full disk's.
+TEMP_MAX_AGE_SECONDS = 3600
 BUCKET_CHARS = 3  # 4,096 directories: a few entries each at 10^4 sources, a few hundred at 10^6
 DEFAULT_MAX_AGE_DAYS = 30
 
@@ -117,13 +125,12 @@ class IndexCache:
         """The source's cached index; None when it has no entry; RejectedEntry (naming the entry and what is
         wrong with it) when its entry cannot be used."""
         path = self.entry_path(key)
-        data = _read(path)
-        if data is None:
-            return None
         try:
-            index = decode_entry(data, key)
+            index = _read(path, key)
         except RejectedEntry as err:
             raise RejectedEntry(f"{path}: {err}") from None
+        if index is None:
+            return None
         if is_local(path):
             try:
                 os.utime(path)  # used: kept for another max_age_days
@@ -143,12 +150,18 @@ class IndexCache:
                 _delete(other)
 
     def prune(self, now: float | None = None) -> int:
-        """Removes entries not used (local) or written (object store) for max_age_days; how many."""
-        cutoff = (time.time() if now is None else now) - self.max_age_days * 86400
+        """Removes entries not used (local) or written (object store) for max_age_days, and temporary files
+        left by failed writes older than TEMP_MAX_AGE_SECONDS; how many entries (leftovers are not entries)."""
+        now = time.time() if now is None else now
+        cutoff = now - self.max_age_days * 86400
         removed = 0
-        for entry, updated in _list_tree(posixpath.join(self.location, "v1")):
-            if updated < cutoff and entry.endswith(ENTRY_SUFFIX):
-                removed += _delete(entry)
+        for path, updated in _list_tree(posixpath.join(self.location, "v1")):
+            name = posixpath.basename(path)
+            if name.startswith(".") and TEMP_MARK in name:
+                if updated < now - TEMP_MAX_AGE_SECONDS:
+                    _delete(path)
+            elif updated < cutoff and name.endswith(ENTRY_SUFFIX):
+                removed += _delete(path)
         return removed
 
 
@@ -157,25 +170,40 @@ def encode_entry(key: dict, index: SourceIndex) -> bytes:
     with pa.ipc.new_stream(sink, INDEX_SCHEMA) as writer:
         writer.write_table(index.table.cast(INDEX_SCHEMA))
     rows = sink.getvalue()
-    header = {"key": key, "rows_sha256": hashlib.sha256(rows).hexdigest(), "skipped_members": index.skipped_members,
-              "dead_letters": [d.to_dict() for d in index.dead_letters]}
+    header = {"key": key, "rows_bytes": len(rows), "rows_sha256": hashlib.sha256(rows).hexdigest(),
+              "skipped_members": index.skipped_members, "dead_letters": [d.to_dict() for d in index.dead_letters]}
     return MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + rows
 
 
 def decode_entry(data: bytes, key: dict) -> SourceIndex:
     """The SourceIndex an entry holds, checked against the key asked for; RejectedEntry saying why not."""
-    if not data.startswith(MAGIC):
+    return read_entry(io.BytesIO(data), len(data), key)
+
+
+def read_entry(stream, size: int, key: dict) -> SourceIndex:
+    """The SourceIndex of an entry of `size` bytes read from `stream`, checked against the key asked for;
+    RejectedEntry saying why not. Reads no more than the header, then only the rows' length it records, and
+    only when that accounts for the entry's size exactly."""
+    if stream.read(len(MAGIC)) != MAGIC:
         raise RejectedEntry("not an index cache entry of this version")
-    end = data.find(b"\n", len(MAGIC), len(MAGIC) + MAX_HEADER_BYTES)
-    if end < 0:
+    line = stream.readline(MAX_HEADER_BYTES)
+    if not line.endswith(b"\n"):
         raise RejectedEntry("no header")
     try:
-        header = json.loads(data[len(MAGIC):end])
+        header = json.loads(line)
     except (ValueError, RecursionError):
         raise RejectedEntry("its header is not valid JSON") from None
     if not isinstance(header, dict) or header.get("key") != key:
         raise RejectedEntry("written for another source or another way of indexing")
-    rows = data[end + 1:]
+    rows_bytes = header.get("rows_bytes")
+    if isinstance(rows_bytes, bool) or not isinstance(rows_bytes, int) or rows_bytes < 0:
+        raise RejectedEntry("its header lacks the rows' length")
+    recorded = len(MAGIC) + len(line) + rows_bytes
+    if size != recorded:
+        raise RejectedEntry(f"{size:,} bytes where its header records {recorded:,}")
+    rows = stream.read(rows_bytes)
+    if len(rows) != rows_bytes:
+        raise RejectedEntry(f"it ended after {len(MAGIC) + len(line) + len(rows):,} of {recorded:,} bytes")
     if hashlib.sha256(rows).hexdigest() != header.get("rows_sha256"):
         raise RejectedEntry("its rows are damaged (SHA-256 differs)")
     try:
@@ -200,22 +228,35 @@ def decode_entry(data: bytes, key: dict) -> SourceIndex:
     return SourceIndex(table, dead_letters, skipped)
 
 
-def _read(path: str) -> bytes | None:
-    """The entry's bytes; None when there is none."""
+# Opening an entry never blocks (a FIFO's open waits for a writer) and never follows a link (the cache writes
+# none: one to /dev/zero would be read without end).
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _read(path: str, key: dict) -> SourceIndex | None:
+    """The index an entry holds (read_entry); None when there is no entry."""
     if is_local(path):
         try:
-            with open(path, "rb") as f:
-                return f.read()
+            fd = os.open(path, _OPEN_FLAGS)
         except FileNotFoundError:
             return None
+        except OSError as err:
+            raise RejectedEntry("a symbolic link, which the cache never writes" if os.path.islink(path)
+                                else f"cannot be opened ({err.strerror or err})") from None
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise RejectedEntry("not a regular file")
+            return read_entry(f, info.st_size, key)
     from apache_beam.io.filesystems import FileSystems
 
     try:
-        return read_all(path)
+        data = read_all(path)  # an object store holds only regular objects
     except Exception:  # noqa: BLE001 - each store says "missing" its own way: ask it
         if not FileSystems.exists(path):
             return None
         raise
+    return decode_entry(data, key)
 
 
 def _write(path: str, data: bytes) -> None:
@@ -226,10 +267,14 @@ def _write(path: str, data: bytes) -> None:
         return
     directory, name = os.path.split(path)
     os.makedirs(directory, exist_ok=True)
-    temp = os.path.join(directory, f".{name}.tmp-{os.getpid()}-{threading.get_ident()}")
-    with open(temp, "wb") as f:
-        f.write(data)
-    os.replace(temp, path)
+    temp = os.path.join(directory, f".{name}{TEMP_MARK}{os.getpid()}-{threading.get_ident()}")
+    try:
+        with open(temp, "wb") as f:
+            f.write(data)
+        os.replace(temp, path)
+    except BaseException:
+        _delete(temp)  # a full disk's partial file
+        raise
 
 
 def _list(directory: str) -> list[str]:

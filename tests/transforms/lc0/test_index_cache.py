@@ -2,6 +2,7 @@
 writes the bytes of a run without it, whatever was added, changed or deleted; damaged entries are rebuilt;
 runs sharing a cache at once; old entries pruned."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -11,6 +12,7 @@ import time
 
 import pytest
 
+from shardmill.transforms.common.dead_letter import DeadLetter
 from shardmill.transforms.lc0.chunk_index import index_source
 from shardmill.transforms.lc0.index_cache import ENTRY_SUFFIX, IndexCache, RejectedEntry, decode_entry, encode_entry
 from tests.datagen.lc0 import gzip_bytes, make_game_records, write_tar
@@ -211,3 +213,91 @@ def test_a_cache_that_cannot_be_written_costs_a_warning_not_the_run(corpus, tmp_
     assert output_bytes(tmp_path / "blocked") == output_bytes(tmp_path / "uncached")
     assert index_cache_timings(tmp_path / "blocked")["sources_read"] == 0
     assert any("cannot store the entry" in r.getMessage() for r in caplog.records)
+
+
+def limited(max_bytes=3 << 30):
+    """preexec_fn: the child's address space bounded, so reading without bound fails fast instead of taking the
+    machine."""
+    import resource
+
+    def apply():
+        resource.setrlimit(resource.RLIMIT_AS, (max_bytes, max_bytes))
+    return apply
+
+
+def count_through(corpus, cache, timeout=120):
+    """`shardmill count` over the corpus with the cache, in a bounded subprocess: (summary, stderr)."""
+    done = subprocess.run([sys.executable, "-m", "shardmill.pipelines.cli", "count", corpus, "--index-cache",
+                           str(cache), "--json"], capture_output=True, text=True, timeout=timeout,
+                          preexec_fn=limited())
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)["summary"], done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("odd_entry, why", [
+    ("fifo", "not a regular file"),
+    ("link to /dev/zero", "a symbolic link, which the cache never writes"),
+    ("larger than recorded", "bytes where its header records"),
+])
+def test_an_odd_entry_neither_hangs_nor_is_read_without_bound_but_is_rebuilt(corpus, tmp_path, odd_entry, why):
+    cache = tmp_path / "cache"
+    first, _ = count_through(corpus, cache)
+    entry = entries(cache)[0]
+    if odd_entry == "fifo":
+        os.remove(entry)
+        os.mkfifo(entry)  # opening it to read would wait for a writer forever
+    elif odd_entry == "link to /dev/zero":
+        os.remove(entry)
+        os.symlink("/dev/zero", entry)  # reading it whole would never end
+    else:
+        os.truncate(entry, 8 << 30)  # its header and rows, then 8 GiB (sparse) more than the header records
+    summary, stderr = count_through(corpus, cache)
+    assert summary["cache_rejected"] == 1 and summary["sources_cached"] == len(archives(corpus)) - 1
+    assert why in stderr and entry in stderr
+    assert {k: v for k, v in summary.items() if not k.startswith(("cache", "sources_cached"))} == {
+        k: v for k, v in first.items() if not k.startswith(("cache", "sources_cached"))}
+    # Rebuilt: a regular file of the size its header records, read from the cache next time.
+    assert os.path.isfile(entry) and not os.path.islink(entry) and os.path.getsize(entry) < 1 << 20
+    again, _ = count_through(corpus, cache)
+    assert again["cache_rejected"] == 0 and again["sources_cached"] == len(archives(corpus))
+
+
+def test_temporary_files_of_failed_writes_are_pruned_by_age(corpus, tmp_path):
+    cache = cache_for(tmp_path / "cache")
+    path = os.path.join(corpus, archives(corpus)[0])
+    key = cache.key(path, cache.source_stamp(path, 0))
+    cache.store(key, index_source(path, os.path.getsize(path), "scan"))
+    directory, name = os.path.split(cache.entry_path(key))
+    stale = os.path.join(directory, f".{name}.tmp-4242-1")  # what a write cut short by a full disk left
+    fresh = os.path.join(directory, f".{name}.tmp-4243-1")  # a write of a run going on now
+    for leftover in (stale, fresh):
+        with open(leftover, "wb") as f:
+            f.write(b"partial entry")
+    os.utime(stale, (time.time() - 2 * 3600,) * 2)
+    assert cache.prune() == 0  # no entry was old: the leftover is not counted as one
+    assert not os.path.exists(stale) and os.path.exists(fresh)
+    assert entries(tmp_path / "cache") == [cache.entry_path(key)]
+
+
+def test_a_write_that_fills_the_disk_leaves_no_temporary_file(corpus, tmp_path):
+    """On a real full disk: a tmpfs of 256 KiB, mounted by the test (needs root in a mount namespace)."""
+    disk = tmp_path / "small-disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)], capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip() or mounted.returncode}")
+    try:
+        cache = cache_for(disk / "cache")
+        path = os.path.join(corpus, archives(corpus)[0])
+        key = cache.key(path, cache.source_stamp(path, 0))
+        index = index_source(path, os.path.getsize(path), "scan")
+        big = dataclasses.replace(index, dead_letters=[DeadLetter(path, "index", "corrupt", "x" * (512 << 10))])
+        with pytest.raises(OSError):
+            cache.store(key, big)  # more than the disk holds
+        assert [n for _, _, names in os.walk(disk) for n in names] == []
+        cache.store(key, index)  # the space the failed write took is free again
+        assert cache.lookup(key).table.equals(index.table)
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
