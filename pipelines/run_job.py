@@ -190,6 +190,7 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
             with signals_deferred():
                 report = lifecycle.reject(paths)
             raise ErrorBudgetExceeded(manifest, report, config.max_error_fraction)
+        kind.check_outcome(config, manifest)  # a refusal commits nothing
         summary = kind.render_summary(manifest)  # a failure here commits nothing
         if report is not None:
             report["summary"] = summary

@@ -96,6 +96,10 @@ class JobKind:
         """A few words on what the rows are, for `inspect`'s first line."""
         return manifest["record_format"]
 
+    def check_outcome(self, config, manifest: dict) -> None:
+        """On the launcher after the pipeline, before the commit: a ValueError refuses to commit what the input
+        turned out to make, found only by reading it (exit 2, nothing committed); warnings go to the log."""
+
     def render_summary(self, manifest: dict) -> str:
         """The run's summary lines (printed after `run` and by `inspect`): the kind's summary.render_summary."""
         return importlib.import_module(f"{self.package}.summary").render_summary(manifest)

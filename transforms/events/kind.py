@@ -2,13 +2,90 @@
 
 from __future__ import annotations
 
+import difflib
+import logging
 import math
 
-from shardmill.transforms.events.formats import EVENT_SUFFIXES, arrow_type
+from shardmill.transforms.events.formats import EVENT_SUFFIXES, arrow_type, format_of
 from shardmill.transforms.job import JobKind
+
+_LOG = logging.getLogger(__name__)
 
 # What makes a label output smaller, for a plan refused for its size.
 WRITE_LESS = "lower label_sampling.ratio"
+# Columns named in a message about a file's header (wide logs have tens of thousands).
+SHOWN_COLUMNS = 30
+
+
+class NoTargetsError(ValueError):
+    """An EXACT run whose input holds no target: it would keep ratio x 0 non-targets, an empty output."""
+
+
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:SHOWN_COLUMNS]) + (f", ... ({len(names):,} columns)" if len(names) > SHOWN_COLUMNS else "")
+
+
+def check_label_in_files(files: list[str], inputs: list[str], options) -> None:
+    """check_label_column, saying so when the label is only a hive folder key: folders never supply the label.
+
+    A folder's value is one per file, so a label from folders makes every file all targets or all
+    non-targets, which the one-pass modes (sampling each file on its own) can't hold a ratio over."""
+    from shardmill.pipelines.config import ConfigError
+    from shardmill.transforms.events.job import check_label_column
+    from shardmill.transforms.events.partitions import common_root, relative_name
+    from shardmill.transforms.events.readers import hive_values
+
+    try:
+        check_label_column(files, options)
+    except ConfigError:
+        root = common_root(inputs)
+        label = options.label_column
+        folder = next((path for path in files if label in dict(hive_values(relative_name(path, root)))), None)
+        if folder is None:
+            raise
+        raise ConfigError(f"label_sampling.label_column: no input file has a column {label!r}, only hive folders "
+                          f"{label}=... ({folder}): the label must be a column of the files, folders can't supply "
+                          "it") from None
+
+
+def check_column_types(files: list[str], options, opener=None) -> None:
+    """ConfigError when a column_types key names no column of any CSV/TSV input file (their header rows, up to
+    MAX_PROBED_FILES readable files, read until every key is found).
+
+    Arrow ignores a declared type whose column a file lacks: a misspelt key would leave its column inferred
+    unseen (and a file inferring another type is left out as a schema conflict, found after the run). A key
+    that some files have is fine (columns come and go). With column_names, validate checks the keys."""
+    import pyarrow as pa
+
+    from shardmill.pipelines.config import ConfigError
+    from shardmill.transforms.events.job import MAX_PROBED_FILES
+    from shardmill.transforms.events.readers import column_names
+
+    if not options.column_types or options.column_names:
+        return
+    missing = [name for name, _ in options.column_types]
+    text_files = [path for path in files if format_of(path) in ("csv", "tsv")]
+    if not text_files:
+        raise ConfigError(f"label_sampling.column_types: declares column types of CSV/TSV files ({missing[0]!r}, ...), "
+                          "but no input file is CSV/TSV (Parquet and JSON lines carry their own types)")
+    found: dict[str, None] = {}
+    probed = 0
+    for path in text_files:
+        try:
+            names = column_names(path, options, opener)
+        except (OSError, ValueError, pa.ArrowException):
+            continue  # the run dead-letters it
+        found.update(dict.fromkeys(names))
+        missing = [name for name in missing if name not in found]
+        probed += 1
+        if not missing or probed >= MAX_PROBED_FILES:
+            break
+    if missing and probed:
+        which = "any CSV/TSV input file" if probed < MAX_PROBED_FILES else f"the first {probed:,} CSV/TSV input files"
+        close = difflib.get_close_matches(missing[0], list(found), n=1)
+        raise ConfigError(f"label_sampling.column_types: no column {missing[0]!r} in {which}"
+                          + (f" (did you mean {close[0]!r}?)" if close else "")
+                          + f"; columns found: {_shown(list(found))}")
 
 
 def label_mode(labels_config) -> str:
@@ -73,12 +150,13 @@ class LabelsKind(JobKind):
                                   f"TWO_PASS; mode {label_mode(labels)} holds it per file")
 
     def plan(self, config, inputs, local_run=True):
-        from shardmill.transforms.events.job import LabelPlan, check_label_column, check_partition_by, input_files
+        from shardmill.transforms.events.job import LabelPlan, check_partition_by, input_files
         from shardmill.transforms.output.shard_count import ShardSizing, shard_count
 
         files = input_files(inputs)
         spec = label_spec(config)
-        check_label_column([path for path, _ in files], spec.options)
+        check_label_in_files([path for path, _ in files], inputs, spec.options)
+        check_column_types([path for path, _ in files], spec.options)
         check_partition_by([path for path, _ in files], inputs, spec.partition_by)
         input_bytes = sum(size for _, size in files)
         num_shards = shard_count(input_bytes, ShardSizing.of(config.output), WRITE_LESS)
@@ -96,6 +174,19 @@ class LabelsKind(JobKind):
 
     def describe(self, manifest):
         return f"events, label column {manifest['label_column']!r}"
+
+    def check_outcome(self, config, manifest):
+        """A run without targets: EXACT is refused (it would commit nothing but an empty output), the other
+        modes commit with a warning (here and in the summary)."""
+        from shardmill.transforms.events.summary import no_targets
+
+        problem = no_targets(manifest, tuple(config.label_sampling.target_values) or ("1",))
+        if problem is None:
+            return
+        if manifest["stats"]["label_sampling"]["mode"] == "EXACT":
+            raise NoTargetsError(f"label_sampling: {problem}: EXACT keeps ratio x targets = 0 non-targets, so there is "
+                                 "nothing to commit (check label_column and target_values)")
+        _LOG.warning("label_sampling: %s", problem)
 
 
 KIND = LabelsKind()

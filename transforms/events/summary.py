@@ -6,6 +6,19 @@ from shardmill.transforms.common.discovery import skipped_files_line
 from shardmill.transforms.events.sampling import exact_keep_count
 
 
+def no_targets(manifest: dict, target_values: tuple[str, ...] | None = None) -> str | None:
+    """What a run without a target did, for its summary and its log; None when it had targets."""
+    stats = manifest["stats"]["label_sampling"]
+    if stats["targets"]:
+        return None
+    values = "" if target_values is None else f" {list(target_values)}"
+    problem = (f"no targets: none of the {manifest['stats']['accounting']['records_read']:,} records read has a "
+               f"{manifest['label_column']!r} value in target_values{values}")
+    if stats["mode"] == "EXACT":
+        return problem
+    return problem + f"; the output holds {stats['non_targets_out']:,} non-targets and no target"
+
+
 def render_summary(manifest: dict) -> str:
     stats = manifest["stats"]["label_sampling"]
     acc = manifest["stats"]["accounting"]
@@ -26,6 +39,9 @@ def render_summary(manifest: dict) -> str:
     skipped = skipped_files_line(acc)
     if skipped:
         lines.insert(-1, skipped)
+    warning = no_targets(manifest)
+    if warning:
+        lines.insert(1, f"warning: {warning}")
     if acc.get("partitions_left_out"):
         lines.insert(-1, f"partitions left out {acc['partitions_left_out']} (column types that can't be unified; "
                          "see the schema_conflict errors)")

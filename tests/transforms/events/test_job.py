@@ -440,3 +440,62 @@ def test_empty_and_null_hive_folders_unify_with_their_keys_other_values_in_whole
     assert {(dt, hour) for dt, hour, _ in outputs[40]} == {("1_000", 1), ("1_000", None), ("2026-11-01", 2),
                                                            ("2026-11-01", None)}
 
+
+
+def test_a_run_without_targets_warns_and_exact_refuses_it(tmp_path, capsys):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.csv").write_text("id,clicked\n" + "".join(f"{i},0\n" for i in range(300)))
+    config = tmp_path / "c.textproto"
+    for mode in ("ADAPTIVE", "TWO_PASS"):
+        config.write_text(f'input: "{logs}"\nlabel_sampling {{ label_column: "clicked" ratio: 2 mode: {mode} }}\n')
+        assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / mode)]) == 0
+        out, err = capsys.readouterr()
+        kept = load_manifest(str(tmp_path / mode))["stats"]["label_sampling"]["non_targets_out"]
+        warning = (f"no targets: none of the 300 records read has a 'clicked' value in target_values; the output "
+                   f"holds {kept:,} non-targets and no target")
+        assert f"warning: {warning}" in out
+        assert ("WARNING shardmill.transforms.events.kind: label_sampling: no targets: none of the 300 records read "
+                "has a 'clicked' value in target_values ['1']; the output holds") in err  # the log
+    config.write_text(f'input: "{logs}"\nlabel_sampling {{ label_column: "clicked" ratio: 2 mode: EXACT }}\n')
+    assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / "exact")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == ("shardmill run: error: label_sampling: no targets: none of the 300 records read has a 'clicked' "
+                       "value in target_values ['1']: EXACT keeps ratio x targets = 0 non-targets, so there is nothing "
+                       "to commit (check label_column and target_values)")
+    assert not list((tmp_path / "exact").glob("*manifest.json")) and not list((tmp_path / "exact").glob("*.parquet"))
+
+
+def test_a_label_column_only_in_hive_folders_is_refused_saying_folders_cannot_supply_it(tmp_path, capsys):
+    logs = tmp_path / "logs"
+    for clicked in (0, 1):
+        (logs / f"clicked={clicked}").mkdir(parents=True)
+        (logs / f"clicked={clicked}" / "part-0.csv").write_text("id,user\n1,a\n2,b\n")
+    config = tmp_path / "c.textproto"
+    config.write_text(f'input: "{logs}"\nlabel_sampling {{ label_column: "clicked" mode: EXACT hive_partitioning: true }}\n')
+    assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"shardmill run: error: label_sampling.label_column: no input file has a column 'clicked', only hive folders "
+        f"clicked=... ({logs}/clicked=0/part-0.csv): the label must be a column of the files, folders can't supply it")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_column_types_key_naming_no_column_is_a_config_error_naming_the_columns_found(tmp_path, capsys):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.csv").write_text("id,user,clicked\n1,a,1\n2,b,0\n")
+    (logs / "b.csv").write_text("id,user,country,clicked\n1,a,de,1\n2,b,fr,0\n")  # a column that came later
+    config = tmp_path / "c.textproto"
+    for key, code in (("countyr", 2), ("country", 0)):
+        config.write_text(f'input: "{logs}"\nlabel_sampling {{ label_column: "clicked" '
+                          f'column_types {{ key: "{key}" value: "string" }} }}\n')
+        assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / key)]) == code
+    captured = capsys.readouterr()
+    assert ("shardmill run: error: label_sampling.column_types: no column 'countyr' in any CSV/TSV input file "
+            "(did you mean 'country'?); columns found: id, user, clicked, country") in captured.err
+    pq.write_table(pa.table({"id": [1], "clicked": [1]}), tmp_path / "only.parquet")
+    config.write_text(f'input: "{tmp_path / "only.parquet"}"\nlabel_sampling {{ label_column: "clicked" '
+                      'column_types { key: "id" value: "string" } }\n')
+    assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / "p")]) == 2
+    assert ("label_sampling.column_types: declares column types of CSV/TSV files ('id', ...), but no input file is "
+            "CSV/TSV (Parquet and JSON lines carry their own types)") in capsys.readouterr().err
