@@ -126,13 +126,27 @@ def num_epochs_for(tokens_per_epoch: int, num_samples: int | None, sequence_leng
 
 def build_document_index(documents: np.ndarray, num_epochs: int, rng: np.random.RandomState,
                          separate_final_epoch: bool) -> np.ndarray:
+    """Megatron's: the documents of each epoch, shuffled as one (or the last epoch apart, shuffled after).
+
+    Filled and shuffled in place (RandomState.shuffle of a slice draws as of the array it copies), so the
+    index is the only array of its size."""
+    documents = np.asarray(documents)
+    index = np.empty(num_epochs * len(documents), dtype=np.int32)
+    index.reshape(num_epochs, len(documents))[:] = documents
     if not separate_final_epoch or num_epochs == 1:
-        index = np.tile(np.asarray(documents), num_epochs).astype(np.int32)
         rng.shuffle(index)
-        return index
-    first = build_document_index(documents, num_epochs - 1, rng, False)
-    last = build_document_index(documents, 1, rng, False)
-    return np.concatenate((first, last))
+    else:
+        rng.shuffle(index[: (num_epochs - 1) * len(documents)])
+        rng.shuffle(index[(num_epochs - 1) * len(documents):])
+    return index
+
+
+# Samples per step of the sample index's search: bounds its temporaries (about 50 bytes a sample).
+SAMPLE_INDEX_STEP = 1 << 20
+
+
+def sample_index_dtype(document_index_length: int, max_size: int) -> np.dtype:
+    return np.dtype(np.int32 if max(document_index_length, max_size) <= np.iinfo(np.int32).max else np.int64)
 
 
 def build_sample_index(sizes: np.ndarray, document_index: np.ndarray, sequence_length: int, num_epochs: int,
@@ -141,30 +155,34 @@ def build_sample_index(sizes: np.ndarray, document_index: np.ndarray, sequence_l
     extra = int(add_extra)
     total = num_epochs * tokens_per_epoch - extra
     num_samples = total // sequence_length if drop_last_partial_sequence else math.ceil(total / sequence_length)
-    dtype = np.int32 if max(len(document_index), int(sizes.max())) <= np.iinfo(np.int32).max else np.int64
-    lengths = sizes[document_index].astype(np.int64)
-    ends = np.cumsum(lengths)
-    starts = ends - lengths
-    positions = np.arange(1, num_samples + 1, dtype=np.int64) * sequence_length
-    doc = np.searchsorted(ends, positions + extra, side="left")
-    past_end = doc >= len(document_index)  # only the last, partial sample (drop_last False)
-    doc_clipped = np.minimum(doc, len(document_index) - 1)
-    offset = np.where(past_end, lengths[doc_clipped] - extra, positions - starts[doc_clipped])
-    out = np.zeros((num_samples + 1, 2), dtype=dtype)
-    out[1:, 0] = doc_clipped
-    out[1:, 1] = offset
+    out = np.zeros((num_samples + 1, 2), dtype=sample_index_dtype(len(document_index), int(sizes.max())))
+    lengths = sizes[document_index]
+    ends = lengths.astype(np.int64)
+    np.cumsum(ends, out=ends)  # in place: cumsum(lengths, dtype=int64) holds an int64 copy of lengths besides
+    last = len(document_index) - 1
+    for begin in range(0, num_samples, SAMPLE_INDEX_STEP):
+        stop = min(num_samples, begin + SAMPLE_INDEX_STEP)
+        positions = np.arange(begin + 1, stop + 1, dtype=np.int64) * sequence_length
+        doc = np.searchsorted(ends, positions + extra, side="left")
+        past_end = doc > last  # only the last, partial sample (drop_last False)
+        np.minimum(doc, last, out=doc)
+        length = lengths[doc].astype(np.int64)
+        out[begin + 1 : stop + 1, 0] = doc
+        out[begin + 1 : stop + 1, 1] = np.where(past_end, length - extra, positions - (ends[doc] - length))
     return out
 
 
+def shuffle_index_dtype(total_size: int) -> np.dtype:
+    return np.dtype(np.uint32 if total_size < np.iinfo(np.uint32).max - 1 else np.int64)
+
+
 def build_shuffle_index(num_samples: int, total_size: int, rng: np.random.RandomState) -> np.ndarray:
-    dtype = np.uint32 if total_size < np.iinfo(np.uint32).max - 1 else np.int64
-    first = np.arange(0, num_samples, dtype=dtype)
-    rng.shuffle(first)
-    if num_samples == total_size:
-        return first
-    last = np.arange(num_samples, total_size, dtype=dtype)
-    rng.shuffle(last)
-    return np.concatenate((first, last))
+    """Megatron's: samples [0, num_samples) shuffled, then [num_samples, total_size) shuffled apart (in place)."""
+    index = np.arange(0, total_size, dtype=shuffle_index_dtype(total_size))
+    rng.shuffle(index[:num_samples])
+    if num_samples != total_size:
+        rng.shuffle(index[num_samples:])
+    return index
 
 
 def build_gpt_indices(sizes: np.ndarray, sequence_length: int, num_samples: int | None, seed: int,

@@ -24,10 +24,12 @@ from shardmill.transforms.common.filesystem import file_size, read_all
 from shardmill.transforms.common.keyed_hash import STREAM_KEEP, hash_words, unit_float
 from shardmill.transforms.lc0.sampling import acceptance_probability
 from shardmill.transforms.output.shard_count import ShardSizing, shard_count
-from shardmill.transforms.tokens.megatron_blend import (parse_split, plan_unweighted_blend, plan_weighted_blend,
-                                                        split_matrix, split_range, weighted_corpus_samples)
-from shardmill.transforms.tokens.megatron_index import (DTYPES, GPTIndices, IndexedDataset, build_gpt_indices,
-                                                        parse_index)
+from shardmill.transforms.tokens.megatron_blend import (normalize, parse_split, plan_unweighted_blend,
+                                                        plan_weighted_blend, sizes_per_dataset, split_matrix,
+                                                        split_range, weighted_corpus_samples)
+from shardmill.transforms.tokens.megatron_index import (DTYPES, HEADER_BYTES, SAMPLE_INDEX_STEP, GPTIndices,
+                                                        IndexedDataset, build_gpt_indices, num_epochs_for,
+                                                        parse_index, sample_index_dtype, shuffle_index_dtype)
 
 _LOG = logging.getLogger(__name__)
 
@@ -103,9 +105,17 @@ class _Corpus:
                 "tokens_per_epoch": self.tokens_per_epoch}
 
 
+def samples_per_corpus(dataset_index: np.ndarray, corpora: int) -> np.ndarray:
+    """How many blended samples each corpus gives, counted by steps (bincount holds an intp copy of its input)."""
+    counts = np.zeros(corpora, dtype=np.int64)
+    for begin in range(0, len(dataset_index), SAMPLE_INDEX_STEP):
+        counts += np.bincount(dataset_index[begin:begin + SAMPLE_INDEX_STEP], minlength=corpora)
+    return counts
+
+
 def _check_blend_fits(blend, corpora: list[_Corpus]) -> None:
     """Megatron's check: no corpus is asked for more samples than its GPTDataset has."""
-    used = np.bincount(blend.dataset_index, minlength=len(corpora))
+    used = samples_per_corpus(blend.dataset_index, len(corpora))
     for k, (count, corpus) in enumerate(zip(used, corpora)):
         have = len(corpus.indices.shuffle_index)
         if count > have:
@@ -113,24 +123,60 @@ def _check_blend_fits(blend, corpora: list[_Corpus]) -> None:
                              f"{have} ({len(corpus.documents)} sequences, {corpus.tokens_per_epoch} tokens)")
 
 
-# The launcher holds a corpus's indices in memory: refuse sizes whose indices would not fit in this much.
+# The launcher builds every corpus's indices in memory: a plan whose build would need more is refused.
 MAX_INDEX_BYTES = 16 << 30
+# What one step of build_sample_index allocates per sample, at most (measured: ~56 bytes), and slack for
+# small arrays.
+_SAMPLE_STEP_BYTES = 64
+_SLACK_BYTES = 2 << 20
 
 
-def check_index_size(prefix: str, num_samples: int | None, seq_length: int, split_tokens: int,
-                     documents: int) -> None:
-    """InputError, before any index is built, for a requested size whose indices would exceed MAX_INDEX_BYTES.
+@dataclasses.dataclass(frozen=True)
+class CorpusShape:
+    """What a corpus's index build allocates depends on: its `.idx`, its split's documents and tokens."""
 
-    Per epoch the document index holds the split's documents (int32); the sample index two int32 per
-    sample, the shuffle index one int64 per sample.
+    idx_bytes: int  # the `.idx` file, held while planning
+    sequences: int
+    documents: int  # sequences of the split kept
+    split_tokens: int
+    max_length: int  # longest sequence
+
+
+def index_build_bytes(shapes: list[CorpusShape], corpus_samples: list[int | None], seq_length: int,
+                      add_extra: bool, drop_last: bool, blend_size: int = 0) -> int:
+    """An upper bound of what plan_tokens allocates at its peak for these corpora (tests check it against
+    the measured peak, and that it is within 3x of it).
+
+    Per corpus: the document index (int32, epochs x documents), the sample index and the shuffle index
+    (their sizes and dtypes as Megatron chooses them) stay held until the plan is made; while the sample
+    index is built, each document's length (int32) and running end (int64) are held besides, and one
+    step's temporaries. Then the npz of all indices (the blend's int16 + int64 per sample too) is a second
+    copy, in a buffer grown by an eighth at a time. Arrays of the corpus's sequences (the `.idx` read
+    whole, threshold-gamma's draws) come first.
     """
-    samples_per_epoch = max(1, split_tokens // seq_length)
-    epochs = 1 if not num_samples else -(-num_samples * seq_length // split_tokens) + 1
-    index_bytes = epochs * documents * 4 + (epochs * samples_per_epoch + 1) * 16
-    if index_bytes > MAX_INDEX_BYTES:
-        raise InputError(f"{prefix}: {num_samples:,} samples of {seq_length} tokens take {epochs:,} epochs of the "
-                         f"split's {split_tokens:,} tokens, indices of {index_bytes / 2**30:,.0f} GiB (at most "
-                         f"{MAX_INDEX_BYTES / 2**30:g} GiB): ask for fewer token_dataset.num_samples")
+    held, building = 0, 0
+    for shape, requested in zip(shapes, corpus_samples):
+        epochs = num_epochs_for(shape.split_tokens, requested, seq_length, add_extra)
+        document_index = epochs * shape.documents
+        total = epochs * shape.split_tokens - int(add_extra)
+        samples = total // seq_length if drop_last else -(-total // seq_length)
+        sample_index = (samples + 1) * 2 * sample_index_dtype(document_index, shape.max_length).itemsize
+        held += 4 * document_index + sample_index + samples * shuffle_index_dtype(samples).itemsize
+        building = max(building, 12 * document_index + _SAMPLE_STEP_BYTES * min(samples, SAMPLE_INDEX_STEP))
+    held += 10 * blend_size
+    read = sum(s.idx_bytes for s in shapes) + 48 * max((s.sequences for s in shapes), default=0)
+    # With the npz made: a padded blend finds its corpora's samples (a mask and a gather, 9 bytes a sample).
+    return read + max(held + building, held + held * 9 // 8 + 9 * blend_size) + _SLACK_BYTES
+
+
+def check_index_size(prefixes: list[str], needed: int, num_samples: int | None, seq_length: int) -> None:
+    """InputError, before any index is built, for a plan whose index build would exceed MAX_INDEX_BYTES."""
+    if needed > MAX_INDEX_BYTES:
+        asked = "one epoch" if num_samples is None else f"{num_samples:,} samples"
+        raise InputError(f"{prefixes[0]}{' (and the blend)' if len(prefixes) > 1 else ''}: {asked} of {seq_length} "
+                         f"tokens need Megatron's indices built in {needed / 2**30:,.1f} GiB of memory on the "
+                         f"launcher (at most {MAX_INDEX_BYTES / 2**30:g} GiB): ask for fewer "
+                         "token_dataset.num_samples")
 
 
 VALID = 1  # TokenSplit.VALID
@@ -180,7 +226,7 @@ def plan_tokens(config) -> TokenPlan:
         _, corpus_samples = weighted_corpus_samples(weights, requested, cfg.mid_level_dataset_surplus)
     else:
         corpus_samples = [None] * len(prefixes)  # one epoch each
-    corpora = []
+    splits, shapes = [], []
     for k, (prefix, dataset) in enumerate(zip(prefixes, datasets)):
         begin, end = split_range(dataset.num_sequences, bookends)
         kept = kept_sequences(dataset.sequence_lengths, cfg.hanse_sampling_threshold, cfg.hanse_sampling_gamma,
@@ -192,10 +238,18 @@ def plan_tokens(config) -> TokenPlan:
         if cfg.seq_length + int(cfg.add_extra_token) > split_tokens:
             raise InputError(f"{prefix}: token_dataset.seq_length {cfg.seq_length} needs more tokens than the "
                              f"{split_name(cfg.use_split)} split holds ({split_tokens:,})")
-        check_index_size(prefix, corpus_samples[k], cfg.seq_length, split_tokens, len(documents))
-        indices = build_gpt_indices(dataset.sequence_lengths, cfg.seq_length, corpus_samples[k], seed,
+        splits.append(((begin, end), documents, split_tokens))
+        idx_bytes = HEADER_BYTES + 12 * dataset.num_sequences + 8 * len(dataset.document_indices)
+        shapes.append(CorpusShape(idx_bytes, dataset.num_sequences, len(documents), split_tokens,
+                                  int(dataset.sequence_lengths.max())))
+    needed = index_build_bytes(shapes, corpus_samples, cfg.seq_length, cfg.add_extra_token, drop_last,
+                               _blend_size(blended, corpus_samples, weights, requested, shapes, cfg))
+    check_index_size(prefixes, needed, requested, cfg.seq_length)
+    corpora = []
+    for prefix, dataset, samples, (split, documents, split_tokens) in zip(prefixes, datasets, corpus_samples, splits):
+        indices = build_gpt_indices(dataset.sequence_lengths, cfg.seq_length, samples, seed,
                                     cfg.add_extra_token, documents, drop_last)
-        corpora.append(_Corpus(prefix, dataset, (begin, end), documents, indices, split_tokens))
+        corpora.append(_Corpus(prefix, dataset, split, documents, indices, split_tokens))
     blend = None
     if blended and weights is not None:
         blend = plan_weighted_blend(weights, requested, cfg.mid_level_dataset_surplus)
@@ -242,13 +296,25 @@ def plan_tokens(config) -> TokenPlan:
                  "weights": blend.weights, "weighted": weights is not None,
                  "mid_level_dataset_surplus": cfg.mid_level_dataset_surplus if weights is not None else None,
                  "corpora": [c.stats(n) for c, n in zip(corpora, corpus_samples)],
-                 "samples_per_corpus": np.bincount(blend.dataset_index, minlength=len(corpora)).tolist()}
+                 "samples_per_corpus": samples_per_corpus(blend.dataset_index, len(corpora)).tolist()}
     stats.update({"split": None if per_split else cfg.split, "use_split": split, "indices_file": INDICES_NAME,
                   "drop_last_partial_sequence": drop_last, "pad_token": cfg.pad_token if padded else None})
     return TokenPlan(prefixes=tuple(prefixes), blended=blended, seq_length=cfg.seq_length,
                      add_extra_token=cfg.add_extra_token, split=split, dtype=dtype.str, row_bytes=width,
                      indices_npz=indices_npz, tasks=tuple(tasks), tokens_per_epoch=tuple(tokens_per_epoch),
                      pad_token=cfg.pad_token if padded else None, stats=stats, build_seconds=build_seconds)
+
+
+def _blend_size(blended: bool, corpus_samples: list[int | None], weights, requested: int | None,
+                shapes: list[CorpusShape], cfg) -> int:
+    """The BlendedDataset's size, before any index is built (0 without a blend)."""
+    if not blended:
+        return 0
+    if weights is not None:
+        return sum(sizes_per_dataset(normalize(weights), requested))
+    extra = int(cfg.add_extra_token)
+    one_epoch = sum((s.split_tokens - extra) // cfg.seq_length for s in shapes)  # drop_last or not: within one
+    return one_epoch + len(shapes) if requested is None else min(requested, one_epoch + len(shapes))
 
 
 def _no_tokens(prefix: str, cfg, num_sequences: int, begin: int, end: int, kept: int) -> str:

@@ -197,3 +197,18 @@ def test_reading_past_the_bin_is_an_error(tmp_path):
         read_sequence(io.BytesIO(data[:40]), dataset, 0)
     with pytest.raises(IndexedDatasetError, match="outside sequence 0"):
         read_sequence(io.BytesIO(data), dataset, 0, 5, 6)
+
+
+@pytest.mark.parametrize("drop_last, add_extra, num_samples", [(True, True, 3000), (False, True, 3001),
+                                                               (True, False, 2999), (False, False, 4000)])
+def test_the_sample_index_built_in_steps_equals_it_built_at_once(monkeypatch, drop_last, add_extra, num_samples):
+    import shardmill.transforms.tokens.megatron_index as megatron_index
+
+    sizes = np.random.default_rng(3).integers(1, 60, 200).astype(np.int32)
+    whole = build_gpt_indices(sizes, 16, num_samples, 9, add_extra, None, drop_last)
+    monkeypatch.setattr(megatron_index, "SAMPLE_INDEX_STEP", 7)
+    stepped = build_gpt_indices(sizes, 16, num_samples, 9, add_extra, None, drop_last)
+    for name in ("document_index", "sample_index", "shuffle_index"):
+        assert (getattr(stepped, name) == getattr(whole, name)).all() and getattr(stepped, name).dtype == getattr(
+            whole, name).dtype, name
+    assert whole.num_epochs > 1

@@ -1,6 +1,8 @@
 """The token job's plan: the samples' dtype, and what it refuses before any index is built."""
 
 import itertools
+import os
+import re
 
 import numpy as np
 import pytest
@@ -83,3 +85,79 @@ def test_a_corpus_twice_in_a_blend_is_allowed_with_a_warning(tmp_path, caplog):
     assert plan.stats["num_samples"] == 20
     assert (f"token_dataset.blend[1].path_prefix: {same} is also blend[0]: the blend samples this corpus twice "
             "(allowed, as in Megatron)") in caplog.text
+
+
+# Writes a corpus and plans it in this process, printing the index build's estimate and its traced peak
+# (numpy's allocations are traced), as JSON.
+MEASURE = r"""
+import json, sys, tracemalloc
+import numpy as np
+from shardmill.pipelines.config import parse_config, validate
+from shardmill.transforms.tokens import plan as plan_module
+from tests.datagen.megatron import write_indexed_dataset
+
+directory, docs, mean_length, fields = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+rng = np.random.default_rng(1)
+sequences = [np.zeros(int(n), np.uint16) for n in rng.integers(1, 2 * mean_length, docs)]
+write_indexed_dataset(directory + "/a", sequences, np.uint16)
+write_indexed_dataset(directory + "/b", sequences[: docs // 2 + 1], np.uint16)
+config = validate(parse_config("token_dataset { " + fields.replace("DIR", directory) + " }"))
+estimates = []
+check = plan_module.check_index_size
+plan_module.check_index_size = lambda prefixes, needed, *rest: (estimates.append(needed), check(prefixes, needed, *rest))
+tracemalloc.start()
+plan_module.plan_tokens(config)
+print(json.dumps({"estimate": estimates[0], "peak": tracemalloc.get_traced_memory()[1]}))
+"""
+
+
+def run_limited(args: list[str], memory_bytes: int, timeout: float):
+    """A child python with its address space limited (these builds allocate up to gigabytes) and a timeout."""
+    import resource
+    import subprocess
+    import sys
+
+    from tests.support.paths import REPO
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout,
+                          preexec_fn=limit, cwd=REPO, env={**os.environ, "PYTHONPATH": REPO})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("docs, mean_length, fields", [
+    (1000, 100, 'path_prefix: "DIR/a" seq_length: 64 num_samples: 5000000'),  # samples
+    (300, 3, 'path_prefix: "DIR/a" seq_length: 16 num_samples: 1000000'),  # epochs x documents
+    (200_000, 1000, 'path_prefix: "DIR/a" seq_length: 64 num_samples: 10'),  # the corpus itself
+    (1000, 100, 'blend { path_prefix: "DIR/a" weight: 0.7 } blend { path_prefix: "DIR/b" weight: 0.3 } '
+                'seq_length: 64 num_samples: 5000000'),
+    (1000, 100, 'blend { path_prefix: "DIR/a" } blend { path_prefix: "DIR/b" } seq_length: 8 split: "50,50,0" '
+                'use_split: VALID drop_last_partial_validation_sequence: false'),
+])
+def test_the_index_build_estimate_bounds_its_measured_peak_within_3x(tmp_path, docs, mean_length, fields):
+    import json
+
+    done = run_limited(["-c", MEASURE, str(tmp_path), str(docs), str(mean_length), fields], 3 << 30, 300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    measured = json.loads(done.stdout.strip().splitlines()[-1])
+    assert measured["peak"] <= measured["estimate"] <= 3 * measured["peak"], measured
+
+
+@pytest.mark.slow
+def test_a_size_whose_index_build_would_not_fit_is_refused_in_one_line_before_allocating(tmp_path):
+    """10^9 samples of 64 tokens over 1,000 documents: refused by a run limited to 2 GiB, not killed."""
+    rng = np.random.default_rng(1)
+    write_indexed_dataset(str(tmp_path / "c"), [np.zeros(int(n), np.uint16) for n in rng.integers(1, 2000, 1000)],
+                          np.uint16)
+    config = tmp_path / "job.textproto"
+    config.write_text(f'token_dataset {{ path_prefix: "{tmp_path / "c"}" seq_length: 64 num_samples: 1000000000 }}\n'
+                      f'output {{ path: "{tmp_path / "out"}" }}\n')
+    done = run_limited(["-m", "shardmill.pipelines.cli", "run", "--config", str(config)], 2 << 30, 120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    errors = [line for line in done.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and re.search(r"c: 1,000,000,000 samples of 64 tokens need Megatron's indices built in "
+                                          r"[0-9.]+ GiB of memory on the launcher \(at most 16 GiB\): ask for fewer "
+                                          "token_dataset.num_samples", errors[0]), done.stderr[-2000:]
+    assert not (tmp_path / "out").exists()

@@ -175,7 +175,7 @@ def test_well_formed_split_strings_read_as_megatron_reads_them(split, shares):
 
 @pytest.mark.parametrize("extra, message", [
     ("seq_length: 1000000000", "needs more tokens than the TRAIN split holds"),
-    ("seq_length: 16 num_samples: 1000000000000", "indices of .* GiB \\(at most 16 GiB\\): ask for fewer"),
+    ("seq_length: 16 num_samples: 1000000000000", "indices built in .* GiB of memory on the launcher \\(at most 16 GiB\\): ask for fewer"),
 ])
 def test_absurd_sizes_are_refused_before_any_index_is_built(tmp_path, capsys, extra, message):
     write_indexed_dataset(str(tmp_path / "corpus"), [np.arange(50, dtype=np.uint16)] * 20, np.uint16)
