@@ -47,27 +47,28 @@ def test_a_float_corpus_is_refused_in_one_line_naming_its_idx_and_dtype(tmp_path
     assert not (tmp_path / "out").exists()
 
 
-def run_exit_and_error(tmp_path, capsys, fields: str) -> tuple[int, str]:
+def dry_run_refusal(tmp_path, capsys, sequences: list[np.ndarray], fields: str) -> str:
+    """The one line `run --dry-run` prints when refusing a corpus of these sequences with these fields."""
+    write_indexed_dataset(str(tmp_path / "c"), sequences, np.uint16)
     config = tmp_path / "job.textproto"
-    config.write_text(f'token_dataset {{ {fields} }}\noutput {{ path: "{tmp_path / "out"}" }}\n')
-    code = cli.main(["run", "--config", str(config), "--dry-run"])
-    return code, capsys.readouterr().err
+    config.write_text(f'token_dataset {{ path_prefix: "{tmp_path / "c"}" {fields} }}\n'
+                      f'output {{ path: "{tmp_path / "out"}" }}\n')
+    assert cli.main(["run", "--config", str(config), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    return err
 
 
 def test_a_split_whose_share_rounds_to_no_sequences_is_called_empty_not_an_inverted_range(tmp_path, capsys):
-    write_indexed_dataset(str(tmp_path / "c"), [np.arange(5, dtype=np.uint16)] * 1000, np.uint16)
-    code, err = run_exit_and_error(tmp_path, capsys, f'path_prefix: "{tmp_path / "c"}" seq_length: 4 '
-                                                     'split: "99999,1,0" use_split: VALID')
-    assert code == 2 and err.count("\n") == 1, err
+    err = dry_run_refusal(tmp_path, capsys, [np.arange(5, dtype=np.uint16)] * 1000,
+                          'seq_length: 4 split: "99999,1,0" use_split: VALID')
     assert ("c: the VALID split of '99999,1,0' is empty here: its share of the corpus's 1,000 sequences rounds to "
             "none") in err and "1000..999" not in err
 
 
 def test_threshold_gamma_dropping_every_sequence_says_so(tmp_path, capsys):
-    write_indexed_dataset(str(tmp_path / "c"), [np.arange(2, dtype=np.uint16)] * 50, np.uint16)
-    code, err = run_exit_and_error(tmp_path, capsys, f'path_prefix: "{tmp_path / "c"}" seq_length: 4 '
-                                                     "hanse_sampling_threshold: 1000000 hanse_sampling_gamma: 4")
-    assert code == 2 and err.count("\n") == 1, err
+    err = dry_run_refusal(tmp_path, capsys, [np.arange(2, dtype=np.uint16)] * 50,
+                          "seq_length: 4 hanse_sampling_threshold: 1000000 hanse_sampling_gamma: 4")
     assert ("c: token_dataset.hanse_sampling_threshold 1000000 (gamma 4) kept none of the 50 sequences of the TRAIN "
             "split (sequences 0..49 of 50)") in err
 
