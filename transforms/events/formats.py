@@ -7,12 +7,10 @@ import dataclasses
 import pyarrow as pa
 
 TEXT_SUFFIXES = (".csv", ".tsv", ".jsonl", ".json", ".ndjson")
-# Compressed text logs, by suffix: read through Arrow's decompressing streams, whole (a stream can't be split).
+# Compressed text logs, by suffix: one partition each (a stream can't be split), inflated as a stream and parsed
+# a block at a time (transforms/events/inflate.py, record_ends.record_blocks).
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".bz2": "bz2"}
 EVENT_SUFFIXES = (".parquet", *TEXT_SUFFIXES, *(t + c for t in TEXT_SUFFIXES for c in COMPRESSIONS))
-# A compressed log is decompressed into memory whole: refuse one that inflates beyond this (a bomb, or a log to
-# ship in smaller files).
-MAX_DECOMPRESSED_BYTES = 4 << 30
 
 
 def delimiter(fmt: str) -> str:

@@ -48,40 +48,62 @@ def one_pass_rows(part: EventPartition, ratio: float, mode: str, seed: int) -> n
     return sample_partition(is_target, ratio, mode, seed, partition_key(part)).emitted
 
 
+# Keyed draws of a partition are made this many rows at a time (a compressed log's mask can hold tens of
+# millions of rows: its draws are never all in memory).
+DRAW_ROWS = 1 << 20
+
+
+def _mask_slices(part: EventPartition):
+    """(first row, target mask) of the partition's rows, DRAW_ROWS at a time."""
+    is_target = part.target_mask()
+    for first in range(0, len(is_target), DRAW_ROWS):
+        yield first, is_target[first : first + DRAW_ROWS]
+
+
 def exact_label_counts(part: EventPartition, seed: int) -> tuple[int, np.ndarray]:
     """EXACT, first label pass: (targets, histogram of the non-targets' priorities)."""
-    is_target = part.target_mask()
-    priorities = exact_priorities(is_target, seed, partition_key(part))
-    return int(is_target.sum()), priority_histogram(priorities[~is_target])
+    targets, histogram = 0, priority_histogram(np.zeros(0, np.uint64))
+    for first, is_target in _mask_slices(part):
+        priorities = exact_priorities(is_target, seed, partition_key(part), first)
+        targets += int(is_target.sum())
+        histogram += priority_histogram(priorities[~is_target])
+    return targets, histogram
 
 
 def exact_bucket(part: EventPartition, bucket: int, seed: int) -> np.ndarray:
     """EXACT, second label pass: this partition's non-target priorities in the cut's bucket."""
-    is_target = part.target_mask()
-    return in_bucket(exact_priorities(is_target, seed, partition_key(part))[~is_target], bucket)
+    return np.concatenate([np.zeros(0, np.uint64)] + [
+        in_bucket(exact_priorities(is_target, seed, partition_key(part), first)[~is_target], bucket)
+        for first, is_target in _mask_slices(part)])
 
 
 def exact_rows(part: EventPartition, threshold: int | None, seed: int) -> np.ndarray:
-    is_target = part.target_mask()
-    return exact_select(is_target, exact_priorities(is_target, seed, partition_key(part)), threshold)
+    return np.concatenate([np.zeros(0, np.int64)] + [
+        first + exact_select(is_target, exact_priorities(is_target, seed, partition_key(part), first), threshold)
+        for first, is_target in _mask_slices(part)])
 
 
 def two_pass_rows(part: EventPartition, rate: float, seed: int) -> np.ndarray:
     """The baseline: every target, each non-target with probability `rate` (keyed Bernoulli)."""
-    is_target = part.target_mask()
-    u = unit_float(hash_words(seed, STREAM_TWO_PASS, np.uint64(partition_key(part)),
-                              np.arange(len(is_target), dtype=np.uint64)))
-    return np.flatnonzero(is_target | (u < rate))
+    rows = []
+    for first, is_target in _mask_slices(part):
+        u = unit_float(hash_words(seed, STREAM_TWO_PASS, np.uint64(partition_key(part)),
+                                  np.arange(first, first + len(is_target), dtype=np.uint64)))
+        rows.append(first + np.flatnonzero(is_target | (u < rate)))
+    return np.concatenate([np.zeros(0, np.int64)] + rows)
 
 
 def shard_batches(part: EventPartition, rows: np.ndarray, seed: int, num_shards: int) -> dict[int, pa.RecordBatch]:
-    """The emitted rows with identity columns and order keys, split by shard."""
+    """The emitted rows with identity columns and order keys, split by shard.
+
+    rows: indices in the partition; part.table may be a block of it, holding rows part.first_row...
+    """
     if len(rows) == 0:
         return {}
     key = np.uint64(partition_key(part))
     shard, order = shuffle_keys(np.full(len(rows), key, dtype=np.uint64), np.zeros(len(rows), np.int64),
                                 rows.astype(np.int64), seed, num_shards)
-    table = part.table.take(pa.array(rows))
+    table = part.table.take(pa.array(rows - part.first_row))
     table = table.append_column("_partition", pa.array([part.name] * len(rows)))
     table = table.append_column("_row", pa.array(rows.astype(np.int64)))
     table = table.append_column("order_key", pa.array(order))

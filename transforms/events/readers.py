@@ -25,6 +25,7 @@ import json
 import math
 import re
 import urllib.parse
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,10 +34,12 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from shardmill.transforms.common.dead_letter import DeadLetter
-from shardmill.transforms.events.formats import (MAX_DECOMPRESSED_BYTES, EventReadOptions, compression_of, delimiter,
-                                                 format_of)
+from shardmill.transforms.events.formats import EventReadOptions, compression_of, delimiter, format_of
+from shardmill.transforms.events.inflate import InflatedStream
 from shardmill.transforms.events.labels import is_label_type, target_mask
 from shardmill.transforms.events.partitions import EventRange
+from shardmill.transforms.events import record_ends
+from shardmill.transforms.events.record_ends import OverLongRecord, record_blocks
 
 
 @dataclasses.dataclass
@@ -46,6 +49,11 @@ class EventPartition:
     is_target: pa.Array  # bool per row of table
     dead_letters: list[DeadLetter]
     name: str = ""  # EventRange.name
+    # A compressed log longer than one block, as scan_events leaves it: rows per block (table is then empty,
+    # is_target covers every row) and the file's columns (event_blocks reads the rows block by block).
+    block_rows: tuple[int, ...] = ()
+    schema: pa.Schema | None = None
+    first_row: int = 0  # a block's first row in its file
 
     def target_mask(self):
         """is_target as a numpy bool array."""
@@ -89,6 +97,7 @@ class _TextLines:
                 # string may hold raw).
                 self._starts = [n for n, line in enumerate(self._text.split(b"\n"), start=1) if line.strip()]
             else:
+                csv.field_size_limit(2**31 - 1)  # Python's csv stops at 128 KiB fields; Arrow reads any
                 decoded = self._text.decode("utf-8", errors="replace")
                 reader = csv.reader(io.StringIO(decoded, newline=""), delimiter=delimiter(self._fmt), quotechar='"',
                                     doublequote=True, strict=False)
@@ -113,8 +122,8 @@ class _TextLines:
 
 
 def _read_csv(path: str, text: bytes, fmt: str, options: EventReadOptions, lines: _TextLines,
-              dead: list[DeadLetter], columns: list[str] | None):
-    """(table, location of table rows) for CSV/TSV text."""
+              dead: list[DeadLetter], columns: list[str] | None, as_text: tuple[str, ...] = ()):
+    """(table, location of table rows) for CSV/TSV text; as_text: columns read as strings whatever they hold."""
     skipped: dict[int, str] = {}
 
     def on_invalid(row):
@@ -128,7 +137,7 @@ def _read_csv(path: str, text: bytes, fmt: str, options: EventReadOptions, lines
                              block_size=min(max(len(text) + 1, 1 << 20), 2**31 - 1))
     parse = pacsv.ParseOptions(delimiter=delimiter(fmt), invalid_row_handler=on_invalid,
                                newlines_in_values=True)
-    declared = options.declared_types()
+    declared = {**options.declared_types(), **{name: pa.string() for name in as_text}}
     convert = pacsv.ConvertOptions(column_types=declared, include_columns=columns)
     try:
         table = pacsv.read_csv(io.BytesIO(text), read_options=read, parse_options=parse, convert_options=convert)
@@ -263,36 +272,26 @@ def _row_error(value: dict, schema: pa.Schema, err: Exception) -> str:
     return str(err)
 
 
-def _decompressed(f, codec: str, path: str) -> bytes:
-    """The whole decompressed stream; ValueError past MAX_DECOMPRESSED_BYTES (a bomb is not inflated)."""
-    chunks, total = [], 0
-    with pa.CompressedInputStream(f, codec) as stream:
-        while block := stream.read(8 << 20):
-            total += len(block)
-            if total > MAX_DECOMPRESSED_BYTES:
-                raise ValueError(f"{path}: decompresses to more than {MAX_DECOMPRESSED_BYTES >> 30} GiB (ship the log "
-                                 "in smaller files)")
-            chunks.append(block)
-    return b"".join(chunks)
-
-
 def _read_text(path: str, f, part: EventRange, fmt: str, options: EventReadOptions, dead: list[DeadLetter],
                columns: list[str] | None):
     header = b""
-    codec = compression_of(path)
-    if codec:
-        text = _decompressed(f, codec, path)
-    elif part.end < 0:
+    if part.end < 0:
         text = f.read()
     else:
         if part.start > 0 and fmt != "jsonl" and not options.column_names:
             header = f.read(part.header_end)  # a later range: put the header back
         f.seek(part.start)
         text = header + f.read(part.end - part.start)
-    lines = _TextLines(text, fmt, part.first_line, header.count(b"\n"))
+    return _parse_text(path, text, fmt, options, part.first_line, header, dead, columns)
+
+
+def _parse_text(path: str, text: bytes, fmt: str, options: EventReadOptions, first_line: int, header: bytes,
+                dead: list[DeadLetter], columns: list[str] | None, as_text: tuple[str, ...] = ()):
+    """(table, location of its rows) of text whose first line after `header` (put back) is the file's first_line."""
+    lines = _TextLines(text, fmt, first_line, header.count(b"\n"))
     if fmt == "jsonl":
         return _read_jsonl(path, text, lines, dead)
-    return _read_csv(path, text, fmt, options, lines, dead, columns)
+    return _read_csv(path, text, fmt, options, lines, dead, columns, as_text)
 
 
 def _read_parquet(f, part: EventRange, columns: list[str] | None, label_column: str):
@@ -378,52 +377,33 @@ def column_names(path: str, options: EventReadOptions, opener=None) -> list[str]
         return pacsv.open_csv(stream, read_options=read, parse_options=parse).schema.names
 
 
-def read_events(part: str | EventRange, options: EventReadOptions, opener=None,
-                labels_only: bool = False) -> EventPartition:
-    """One partition (a file, or an EventRange of one); never raises for bad data (it becomes dead letters).
+class _FileLost(Exception):
+    """The whole file is one dead letter: (reason, detail, the records it held where the reader knows them)."""
 
-    labels_only: materialise only the label column (Parquet reads just that
-    column; CSV still tokenizes every line; JSON lines parses everything).
-    """
-    from shardmill.transforms.common.filesystem import default_opener
+    def __init__(self, reason: str, detail: str, records: int = -1):
+        super().__init__(detail)
+        self.reason, self.detail, self.records = reason, detail, records
 
-    part = part if isinstance(part, EventRange) else EventRange(part)
-    path = part.path
-    dead: list[DeadLetter] = []
+
+def _labelled(path: str, table: pa.Table, locate, part: EventRange, options: EventReadOptions,
+              dead: list[DeadLetter]) -> tuple[pa.Table, pa.Array]:
+    """(rows with a label, their target mask); rows with a null label are dead letters; _FileLost when the
+    label column is missing or not a scalar, or a column name repeats."""
     label = options.label_column
-    empty = EventPartition(path, pa.table({}), pa.array([], pa.bool_()), dead, part.name)
-    columns = [label] if labels_only else None
-    try:
-        fmt = format_of(path)
-        with (opener or default_opener)(path) as f:
-            if fmt == "parquet":
-                table, locate = _read_parquet(f, part, columns, label)
-            else:
-                table, locate = _read_text(path, f, part, fmt, options, dead, columns)
-    except Exception as err:  # noqa: BLE001  (untrusted input: whatever a reader raises is this file's dead letter)
-        dead.append(DeadLetter(path, "read", "unreadable", str(err) or type(err).__name__, records=-1,
-                               bytes=max(part.size, 0)))
-        return empty
     names = table.column_names
     duplicates = sorted(name for name, n in collections.Counter(names).items() if n > 1)
     if duplicates:
-        dead.append(DeadLetter(path, "read", "duplicate_columns",
-                               f"column name(s) {', '.join(map(repr, duplicates))} appear more than once "
-                               f"(columns: {', '.join(names)})", records=table.num_rows))
-        return empty
+        raise _FileLost("duplicate_columns", f"column name(s) {', '.join(map(repr, duplicates))} appear more than "
+                        f"once (columns: {', '.join(names)})", table.num_rows)
     if label not in table.column_names:
-        dead.append(DeadLetter(path, "read", "missing_label_column",
-                               f"no column {label!r} (columns: {', '.join(table.column_names)})",
-                               records=table.num_rows))
-        return empty
+        raise _FileLost("missing_label_column", f"no column {label!r} (columns: {', '.join(table.column_names)})",
+                        table.num_rows)
     if options.hive_partitioning:
         table = with_hive_columns(table, part.relative)
     labels = table[label]
     if not is_label_type(labels.type):
-        dead.append(DeadLetter(path, "read", "unsupported_label_type",
-                               f"column {label!r} is {labels.type}: labels must be strings, integers, floats "
-                               "or booleans", records=table.num_rows))
-        return empty
+        raise _FileLost("unsupported_label_type", f"column {label!r} is {labels.type}: labels must be strings, "
+                        "integers, floats or booleans", table.num_rows)
     missing = pc.is_null(labels)
     if pc.any(missing).as_py():
         rows = pc.indices_nonzero(missing).to_pylist()
@@ -431,4 +411,232 @@ def read_events(part: str | EventRange, options: EventReadOptions, opener=None,
             dead.append(DeadLetter(path, "read", "malformed_row", f"{where}: {label} is null", member=where))
         table = table.filter(pc.invert(missing))
         labels = table[label]
-    return EventPartition(path, table, target_mask(labels, options.target_values), dead, part.name)
+    return table, target_mask(labels, options.target_values)
+
+
+def _lost_file(path: str, err: Exception, size: int, records_read: int = 0, unread_bytes: int = 0) -> DeadLetter:
+    """The dead letter of a file left out whole; shards.records_lost prices it from `records` and `bytes`.
+
+    A file whose reading failed: nothing read from it, its records are
+    unknown (its bytes estimate them); lost part-way, the records read
+    before the failure count, plus its unread bytes estimated, or one record
+    (the one the failure cut) when none are left. A file refused for what it
+    holds (_FileLost) counts the records read."""
+    if isinstance(err, _FileLost) and err.records >= 0:
+        records = records_read + err.records
+        detail = err.detail + (f" (the file is left out: {records:,} records read)" if records_read else "")
+        return DeadLetter(path, "read", err.reason, detail, records=records, bytes=unread_bytes)
+    reason, detail = (err.reason, err.detail) if isinstance(err, _FileLost) else ("unreadable", str(err) or
+                                                                                 type(err).__name__)
+    if not records_read:
+        return DeadLetter(path, "read", reason, detail, records=-1, bytes=max(size, 0))
+    detail += f" (the file is left out: {records_read:,} records read before this)"
+    return DeadLetter(path, "read", reason, detail, records=records_read + (0 if unread_bytes else 1),
+                      bytes=unread_bytes)
+
+
+def read_events(part: str | EventRange, options: EventReadOptions, opener=None,
+                labels_only: bool = False) -> EventPartition:
+    """One partition (a file, or an EventRange of one); never raises for bad data (it becomes dead letters).
+
+    labels_only: materialise only the label column (Parquet reads just that
+    column; CSV still tokenizes every line; JSON lines parses everything).
+    A compressed log is read block by block (scan_events) and its blocks'
+    rows gathered here; labels_only then gives only the target mask.
+    """
+    part = part if isinstance(part, EventRange) else EventRange(part)
+    scan = scan_events(part, options, opener, labels_only)
+    if not scan.block_rows or labels_only:
+        return scan
+    tables = [block.table for block in event_blocks(part, options, scan, opener)]
+    return dataclasses.replace(scan, table=pa.concat_tables(tables), block_rows=())
+
+
+def scan_events(part: str | EventRange, options: EventReadOptions, opener=None,
+                labels_only: bool = False) -> EventPartition:
+    """read_events' first pass: a plain file or range whole; a compressed log block by block, keeping only its
+    target mask (1 byte a row), its columns' types and its dead letters, unless it was one block (then it is
+    read whole, as a plain file)."""
+    from shardmill.transforms.common.filesystem import default_opener
+
+    part = part if isinstance(part, EventRange) else EventRange(part)
+    path = part.path
+    dead: list[DeadLetter] = []
+    empty = EventPartition(path, pa.table({}), pa.array([], pa.bool_()), dead, part.name)
+    columns = [options.label_column] if labels_only else None
+    try:
+        fmt = format_of(path)
+        if compression_of(path):
+            return _scan_compressed(part, fmt, options, opener or default_opener, columns)
+        with (opener or default_opener)(path) as f:
+            if fmt == "parquet":
+                table, locate = _read_parquet(f, part, columns, options.label_column)
+            else:
+                table, locate = _read_text(path, f, part, fmt, options, dead, columns)
+        table, is_target = _labelled(path, table, locate, part, options, dead)
+    except Exception as err:  # noqa: BLE001  (untrusted input: whatever a reader raises is this file's dead letter)
+        return dataclasses.replace(empty, dead_letters=[_lost_file(path, err, part.size)])
+    return EventPartition(path, table, is_target, dead, part.name)
+
+
+# ---- compressed logs, block by block ----------------------------------------------------
+
+
+def _compressed_blocks(part: EventRange, fmt: str, options: EventReadOptions, opener, columns: list[str] | None,
+                       dead: list[DeadLetter], streams: list, as_text=None):
+    """(table, locate) per block of whole records of a compressed log, in order (its InflatedStream appended
+    to streams).
+
+    Over-long records are dead letters; a block's text gets the header back
+    (CSV/TSV with a header row). as_text(block schema) names columns to read
+    again as text. Raises InflateError, or what parsing raises.
+    """
+    path = part.path
+    with opener(path) as f:
+        stream = InflatedStream(f, compression_of(path), "." + path.rsplit(".", 1)[-1])
+        streams.append(stream)
+        header = None
+        headed = fmt != "jsonl" and not options.column_names
+        for block in record_blocks(stream.chunks(), fmt):
+            if isinstance(block, OverLongRecord):
+                where, limit = f"line {block.first_line}", f"{record_ends.MAX_RECORD_BYTES >> 20} MiB"
+                if block.first_line == 1 and headed:
+                    raise _FileLost("unreadable", f"its header row is longer than {limit}")
+                dead.append(DeadLetter(path, "read", "over_long_record",
+                                       f"{where}: a record of {block.length:,} bytes or more, longer than the "
+                                       f"{limit} a record may hold (skipped; the rest of the file is read)",
+                                       member=where))
+                continue
+            put_back = b""
+            if headed:
+                if header is None:
+                    header = block.text[: block.header_end] if 0 <= block.header_end <= len(block.text) else b""
+                elif block.start > 0:
+                    put_back = header
+            text = put_back + block.text
+            table, locate = _parse_text(path, text, fmt, options, block.first_line, put_back, dead, columns)
+            again = as_text(table.schema) if as_text else ()
+            if again:
+                table, locate = _parse_text(path, text, fmt, options, block.first_line, put_back, [], columns,
+                                            again)
+            yield table, locate
+
+
+def _scan_compressed(part: EventRange, fmt: str, options: EventReadOptions, opener,
+                     columns: list[str] | None) -> EventPartition:
+    path = part.path
+    dead: list[DeadLetter] = []
+    label = options.label_column
+    masks, block_rows, schemas = [], [], []
+    unlabelled = []  # (first line, last line, records) of JSON-lines blocks without the label
+    first = None  # the first block's (table, is_target), kept while it is the only one
+    streams: list[InflatedStream] = []
+    try:
+        for table, locate in _compressed_blocks(part, fmt, options, opener, columns, dead, streams):
+            schemas.append(table.schema)
+            if fmt == "jsonl" and label not in table.column_names and table.num_rows:
+                # JSON keys can appear late in a file: these records lack the label (null, as if read whole).
+                unlabelled.append((locate([0])[0], locate([table.num_rows - 1])[0], table.num_rows))
+                table, is_target = table.slice(0, 0), pa.array([], pa.bool_())
+            else:
+                table, is_target = _labelled(path, table, locate, part, options, dead)
+            block_rows.append(table.num_rows)
+            masks.append(is_target)
+            first = (table, is_target) if len(block_rows) == 1 else None
+    except Exception as err:  # noqa: BLE001  (untrusted input: the file is one dead letter)
+        unread = max(0, part.size - streams[0].consumed) if streams and part.size >= 0 else 0
+        # Every record met counts: rows read, rows already dead letters (each one record), rows without label.
+        read = sum(block_rows) + len(dead) + sum(n for _, _, n in unlabelled)
+        return EventPartition(path, pa.table({}), pa.array([], pa.bool_()),
+                              [_lost_file(path, err, part.size, read, unread)], part.name)
+    if unlabelled:
+        if not any(label in schema.names for schema in schemas):
+            lost = _FileLost("missing_label_column", f"no column {label!r} in any record "
+                             f"(columns: {', '.join(schemas[0].names)})", sum(n for _, _, n in unlabelled))
+            return EventPartition(path, pa.table({}), pa.array([], pa.bool_()), [_lost_file(path, lost, part.size)],
+                                  part.name)
+        dead.extend(DeadLetter(path, "read", "malformed_row", f"{a} to {b}: no {label!r} in these {n:,} records",
+                               member=a, records=n) for a, b, n in unlabelled)
+    if streams and streams[0].trailing:
+        dead.append(DeadLetter(path, "read", "trailing_data", streams[0].trailing))
+    if len(block_rows) <= 1:
+        table, is_target = first if first else (pa.table({}), pa.array([], pa.bool_()))
+        return EventPartition(path, table, is_target, dead, part.name)
+    is_target = pa.chunked_array(masks, pa.bool_()).combine_chunks()
+    return EventPartition(path, pa.table({}), is_target, dead, part.name, block_rows=tuple(block_rows),
+                          schema=None if columns else _file_schema(schemas))
+
+
+def _file_schema(schemas: list[pa.Schema]) -> pa.Schema:
+    """One type per column over a file's blocks, as if read whole: Arrow's permissive promotion (null to any
+    type, integers to doubles, struct fields merged), text where the blocks' types have none."""
+    if all(schema == schemas[0] for schema in schemas):
+        return schemas[0]
+    types: dict[str, list[pa.DataType]] = {}
+    for schema in schemas:
+        for field in schema:
+            seen = types.setdefault(field.name, [])
+            if field.type not in seen:
+                seen.append(field.type)
+    fields = []
+    for name, seen in types.items():
+        try:
+            unified = pa.unify_schemas([pa.schema([(name, t)]) for t in seen], promote_options="permissive")[0].type
+        except pa.ArrowException:
+            unified = pa.string()
+        fields.append(pa.field(name, unified))
+    return pa.schema(fields)
+
+
+def event_blocks(part: EventRange, options: EventReadOptions, scan: EventPartition,
+                 opener=None) -> Iterator[EventPartition]:
+    """The second pass over a compressed log scan_events read in blocks: each block's rows with the file's
+    column types (first_row: its first row's index in the file). Raises if the file reads differently now."""
+    from shardmill.transforms.common.filesystem import default_opener
+
+    fmt = format_of(part.path)
+    schema = scan.schema
+
+    def as_text(block_schema):
+        # CSV text is read again as text where the file's type is text and this block inferred another: the
+        # values as written ("007", "" rather than null), as a whole read gives. The label keeps its block's
+        # parse: its mask was taken from it.
+        if fmt == "jsonl":
+            return ()
+        return tuple(f.name for f in block_schema if f.name != options.label_column
+                     and pa.types.is_string(schema.field(f.name).type) and f.type != pa.string())
+
+    first_row = 0
+    blocks = _compressed_blocks(part, fmt, options, opener or default_opener, None, [], [], as_text)
+    for index, (table, locate) in enumerate(blocks):
+        if fmt == "jsonl" and options.label_column not in table.column_names:
+            continue  # rows without the label: dead letters of the first pass
+        dead: list[DeadLetter] = []
+        table = _with_types(table, schema)
+        table, is_target = _labelled(part.path, table, locate, part, options, dead)
+        if index >= len(scan.block_rows) or table.num_rows != scan.block_rows[index]:
+            raise ValueError(f"{part.path}: block {index} reads {table.num_rows} rows now, "
+                             f"{scan.block_rows[index] if index < len(scan.block_rows) else 0} before")
+        yield EventPartition(part.path, table, is_target, [], part.name, first_row=first_row)
+        first_row += table.num_rows
+
+
+def _with_types(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A block's columns in the file's order and types (a column it lacks: nulls)."""
+    if table.schema == schema:
+        return table
+    index = {name: i for i, name in enumerate(table.column_names)}
+    columns = []
+    for field in schema:
+        i = index.get(field.name)
+        if i is None:
+            columns.append(pa.nulls(table.num_rows, field.type))
+        elif table.schema.field(i).type == field.type:
+            columns.append(table.column(i))
+        elif pa.types.is_string(field.type) and not pa.types.is_nested(table.schema.field(i).type):
+            columns.append(pc.cast(table.column(i), field.type))
+        else:
+            # Widening only (null, integers to doubles, struct fields added): unchecked, so a large integer rounds
+            # to its nearest double as the parser would have read it.
+            columns.append(table.column(i).cast(field.type, safe=False))
+    return pa.Table.from_arrays(columns, schema=schema)

@@ -77,9 +77,11 @@ def sample_partition(is_target: np.ndarray, ratio: float, mode: str, seed: int, 
     return PartitionSample(emitted, targets, len(is_target) - targets, int(non_targets_out), list(sizes), int(draws))
 
 
-def exact_priorities(is_target: np.ndarray, seed: int, partition_key: int) -> np.ndarray:
-    """Keyed uniform uint64 priority of every record (only non-targets' are used)."""
-    return hash_words(seed, STREAM_LABEL_EXACT, np.uint64(partition_key), np.arange(len(is_target), dtype=np.uint64))
+def exact_priorities(is_target: np.ndarray, seed: int, partition_key: int, first_row: int = 0) -> np.ndarray:
+    """Keyed uniform uint64 priority of every record (only non-targets' are used); is_target may be a slice of
+    the partition's records starting at first_row."""
+    return hash_words(seed, STREAM_LABEL_EXACT, np.uint64(partition_key),
+                      np.arange(first_row, first_row + len(is_target), dtype=np.uint64))
 
 
 def exact_keep_count(total_targets: int, total_non_targets: int, ratio: float) -> int:

@@ -349,23 +349,93 @@ def test_a_compressed_log_is_one_partition_and_says_why(tmp_path):
     assert len(ranges) == 1 and ranges[0].not_split == "gzip-compressed: a compressed stream is read whole"
 
 
-def test_a_compression_bomb_is_a_dead_letter_not_inflated(tmp_path, monkeypatch):
-    from shardmill.transforms.events import readers
+def test_a_compressed_log_of_short_records_is_read_whole_however_far_it_inflates(tmp_path, monkeypatch):
+    from shardmill.transforms.events import record_ends
 
-    monkeypatch.setattr(readers, "MAX_DECOMPRESSED_BYTES", 1 << 20)
+    monkeypatch.setattr(record_ends, "STREAM_BLOCK_BYTES", 1 << 16)
+    monkeypatch.setattr(record_ends, "MAX_RECORD_BYTES", 1 << 20)
     packed = tmp_path / "bomb.csv.gz"
     packed.write_bytes(compress(b"id,clicked\n" + b"1,1\n" * (1 << 20), "gzip"))  # 4 MiB from ~4 kB
     part = read(packed)
-    assert part.table.num_rows == 0
-    assert [d.reason for d in part.dead_letters] == ["unreadable"]
-    assert "decompresses to more than" in part.dead_letters[0].detail
+    assert part.table.num_rows == 1 << 20 and not part.dead_letters
+
+
+def test_an_over_long_record_is_one_dead_letter_at_its_line_and_the_rest_is_read(tmp_path, monkeypatch):
+    from shardmill.transforms.events import record_ends
+
+    monkeypatch.setattr(record_ends, "STREAM_BLOCK_BYTES", 1 << 16)
+    monkeypatch.setattr(record_ends, "MAX_RECORD_BYTES", 1 << 20)
+    rows = "".join(f"{i},{i % 2}\n" for i in range(30_000)).encode()
+    packed = tmp_path / "long.csv.gz"
+    packed.write_bytes(compress(b"id,clicked\n" + rows + b'7,"' + b"x" * (3 << 20) + b'\n",1\n' + rows, "gzip"))
+    part = read(packed)
+    assert part.table.num_rows == 60_000 and part.table["id"].to_pylist()[30_000] == 0
+    assert [(d.reason, d.member, d.records) for d in part.dead_letters] == [("over_long_record", "line 30002", 1)]
+    assert "a record of 3,145,736 bytes or more, longer than the 1 MiB a record may hold" in \
+        part.dead_letters[0].detail
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_a_compressed_log_read_in_blocks_gives_the_plain_files_rows_types_and_dead_letters(tmp_path, monkeypatch,
+                                                                                          fmt):
+    from shardmill.transforms.events import record_ends
+    from shardmill.transforms.events.readers import scan_events
+
+    lines = []
+    for i in range(3000):  # types drift between blocks: ints then floats, empty then text, keys appearing late
+        if fmt == "csv":
+            note = f'"two\nlines {i}"' if i % 97 == 0 else ("" if i < 1500 else f"n{i}")
+            lines.append(f"{i},{i if i < 2000 else i / 4},{note},{int(i % 7 == 0)}" if i % 500 != 3 else "bad,row")
+        else:
+            row = {"id": i, "clicked": int(i % 7 == 0)} if i % 500 != 3 else {"id": i, "clicked": None}
+            row.update({"w": i if i < 2000 else i / 4} if i > 1000 else {})
+            row.update({"ctx": {"a": i}} if 1500 < i < 2500 else {"ctx": {"a": i, "b": "x"}} if i >= 2500 else {})
+            lines.append(json.dumps(row))
+    text = ("id,w,note,clicked\n" if fmt == "csv" else "") + "\n".join(lines) + "\n"
+    plain = tmp_path / f"events.{fmt}"
+    plain.write_text(text)
+    packed = tmp_path / f"events.{fmt}.gz"
+    packed.write_bytes(compress(text.encode(), "gzip"))
+    monkeypatch.setattr(record_ends, "STREAM_BLOCK_BYTES", 4096)
+    assert len(scan_events(str(packed), EventReadOptions("clicked"), opener=local_open).block_rows) > 10
+    expected, got = read(plain), read(packed)
+    assert got.table.schema == expected.table.schema and got.table.equals(expected.table)
+    assert got.is_target.equals(expected.is_target) and got.table.num_rows > 2900
+    assert [(d.reason, d.member) for d in got.dead_letters] == [(d.reason, d.member) for d in expected.dead_letters]
+    assert len(got.dead_letters) == 6
+
+
+def test_gzip_with_trailing_garbage_keeps_its_members_records_and_says_what_follows(tmp_path):
+    packed = tmp_path / "tail.csv.gz"
+    first, second = b"id,clicked\n1,1\n2,0\n", b"3,1\n"
+    packed.write_bytes(compress(first, "gzip") + compress(second, "gzip") + b"\x00garbage")
+    part = read(packed)
+    assert part.table["id"].to_pylist() == [1, 2, 3]
+    assert [(d.reason, d.records) for d in part.dead_letters] == [("trailing_data", 1)]
+    assert part.dead_letters[0].detail.startswith("8 bytes of trailing data that are not gzip after the last member")
+
+
+def test_a_zstd_stream_named_gz_is_named_for_what_it_is(tmp_path):
+    packed = tmp_path / "mislabelled.csv.gz"
+    packed.write_bytes(compress(b"id,clicked\n1,1\n", "zstd"))
+    part = read(packed)
+    assert [(d.reason, d.detail, d.records) for d in part.dead_letters] == [
+        ("unreadable", "a zstd stream named .gz (rename it .zst)", -1)]
 
 
 def test_a_truncated_compressed_log_is_one_dead_letter(tmp_path):
+    import zlib
+
     packed = tmp_path / "cut.jsonl.gz"
-    packed.write_bytes(compress(b'{"clicked": 1}\n' * 1000, "gzip")[:-20])
+    cut = compress(b'{"clicked": 1}\n' * 1000, "gzip")[:-20]
+    packed.write_bytes(cut)
     part = read(packed)
-    assert [d.reason for d in part.dead_letters] == ["unreadable"]
+    assert [d.reason for d in part.dead_letters] == ["unreadable"] and part.table.num_rows == 0
+    # Lost part-way: the records read before the cut count, and the one it cut; nothing was left unread.
+    before_cut = zlib.decompressobj(31).decompress(cut).count(b"\n")
+    assert 500 < before_cut < 1000
+    assert part.dead_letters[0].records == before_cut + 1 and part.dead_letters[0].bytes == 0
+    assert "truncated: gzip member 1 ends at compressed byte" in part.dead_letters[0].detail
 
 
 # ---- files Arrow can't take whole, rows it can't take beside the others ------------------------------

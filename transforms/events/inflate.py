@@ -1,0 +1,138 @@
+"""A compressed text log as a stream of inflated bytes, a bounded chunk at a time.
+
+gzip is inflated here (zlib, member after member) so that what is wrong with
+a file can be said: a stream that is not gzip at all (a zstd or bzip2 stream
+named .gz), data after the last member that is not gzip (kept: the members
+before it are whole and checked), a truncated or corrupt member (the file is
+lost). zstd and bz2 go through Arrow's decompressing streams. Either way no
+call inflates more than CHUNK_BYTES, so a bomb costs time, not memory.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+
+import pyarrow as pa
+
+CHUNK_BYTES = 8 << 20  # inflated bytes per step
+_READ_BYTES = 1 << 20  # compressed bytes read per step
+
+_GZIP_MAGIC = b"\x1f\x8b"
+# What a stream that is not gzip starts with, to name it.
+_OTHER_MAGICS = ((b"\x28\xb5\x2f\xfd", "a zstd stream", ".zst"), (b"BZh", "a bzip2 stream", ".bz2"),
+                 (b"\xfd7zXZ\x00", "an xz stream", ".xz"), (b"PK\x03\x04", "a zip archive", ".zip"))
+
+
+class InflateError(ValueError):
+    """The stream can't be inflated past `consumed` compressed bytes (0: not from its first byte)."""
+
+    def __init__(self, message: str, consumed: int):
+        super().__init__(message)
+        self.consumed = consumed
+
+
+def _what_it_is(head: bytes, suffix: str) -> str:
+    for magic, name, proper in _OTHER_MAGICS:
+        if head.startswith(magic):
+            return f"{name} named {suffix} (rename it {proper})"
+    shown = " ".join(f"{b:02x}" for b in head[:4])
+    return f"not gzip: starts with bytes {shown}, not 1f 8b" if head else "empty: no gzip member"
+
+
+class InflatedStream:
+    """Inflated chunks of one compressed file (`chunks()`), and what was met on the way.
+
+    consumed: compressed bytes inflated so far. trailing: after a complete
+    read, what followed the last gzip member that is not gzip ("" if nothing).
+    """
+
+    def __init__(self, f, codec: str, suffix: str = ".gz"):
+        self._f = f
+        self._codec = codec
+        self._suffix = suffix
+        self.consumed = 0
+        self.trailing = ""
+
+    def chunks(self) -> Iterator[bytes]:
+        """Raises InflateError where the stream stops making sense."""
+        if self._codec == "gzip":
+            yield from self._gzip_chunks()
+        else:
+            yield from self._arrow_chunks()
+
+    def _read(self) -> bytes:
+        return self._f.read(_READ_BYTES)
+
+    def _gzip_chunks(self) -> Iterator[bytes]:
+        pending, at_end, members = b"", False, 0
+        inflater = None
+        while True:
+            if inflater is None:  # at a member boundary: is what follows gzip?
+                while len(pending) < 2 and not at_end:
+                    block = self._read()
+                    at_end = not block
+                    pending += block
+                if not pending and members:
+                    return
+                if not pending.startswith(_GZIP_MAGIC):
+                    if not members:
+                        raise InflateError(_what_it_is(pending, self._suffix), 0)
+                    rest = len(pending)
+                    while block := self._read():
+                        rest += len(block)
+                    self.trailing = (f"{rest:,} bytes of trailing data that are not gzip after the last member "
+                                     f"(from byte {self.consumed:,}; {_what_it_is(pending, self._suffix)})")
+                    return
+                inflater = zlib.decompressobj(31)  # one gzip member; its CRC-32 and length are checked
+                members += 1
+            try:
+                out = inflater.decompress(pending, CHUNK_BYTES)
+            except zlib.error as err:
+                raise InflateError(f"corrupt gzip data in member {members} (compressed bytes {self.consumed:,} to "
+                                   f"{self.consumed + len(pending):,}): {err}", self.consumed) from None
+            rest = inflater.unused_data if inflater.eof else inflater.unconsumed_tail
+            self.consumed += len(pending) - len(rest)
+            pending = rest
+            if out:
+                yield out
+            if inflater.eof:
+                inflater = None
+            elif len(out) < CHUNK_BYTES and not pending:  # everything given was inflated: more input is needed
+                block = b"" if at_end else self._read()
+                if not block:
+                    raise InflateError(f"truncated: gzip member {members} ends at compressed byte "
+                                       f"{self.consumed:,} without its trailer", self.consumed)
+                pending = block
+
+    def _arrow_chunks(self) -> Iterator[bytes]:
+        counted = _CountingReader(self._f)
+        try:
+            with pa.CompressedInputStream(counted, self._codec) as stream:
+                while block := stream.read(CHUNK_BYTES):
+                    self.consumed = counted.count
+                    yield block
+        except (pa.ArrowException, OSError) as err:
+            raise InflateError(f"{self._codec}: {err} (at or after compressed byte {counted.count:,})",
+                               counted.count) from None
+        self.consumed = counted.count
+
+
+class _CountingReader:
+    """A binary file that counts the bytes read from it (Arrow's stream reads ahead, so this is an upper bound)."""
+
+    def __init__(self, f):
+        self._f = f
+        self.count = 0
+        self.closed = False
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._f.read(n)
+        self.count += len(data)
+        return data
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.closed = True  # the caller owns the file
