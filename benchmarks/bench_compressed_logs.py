@@ -1,6 +1,15 @@
-"""The label job on gzip-compressed CSV vs the same CSV plain, and on a log of 10^4 columns.
+"""The label job on gzip-compressed CSV vs the same CSV plain, and on a log of 10^4 columns; or its peak memory
+on one compressed log against the log's inflated size.
 
     python benchmarks/bench_compressed_logs.py [--rows 1000000] [--files 4] [--rounds 2]
+    python benchmarks/bench_compressed_logs.py --peak-memory 30,300,3000 [--pythonpath DIR] [--limit-gib 3]
+
+--peak-memory: per size (MB inflated), one gzip CSV log of that size (a
+65,536-row block of ~70 B rows, ids running on, 0.5 % clicks, gzip level
+1), run through `shardmill run` (ADAPTIVE ratio 4) in a fresh process; the
+peak RSS of its whole process tree (sampled every 20 ms) and the records
+read against the rows written. --pythonpath runs another shardmill (e.g.
+an older one) the same way; --limit-gib caps each run's address space.
 
 Event logs of `--files` CSV files (id, user, url, country, clicked; ~70 B a
 row), once plain and once as `.csv.gz` (gzip level 6), each run through
@@ -18,9 +27,12 @@ import argparse
 import gzip
 import json
 import os
+import resource
+import subprocess
 import sys
 import tempfile
 import time
+import zlib
 
 import numpy as np
 
@@ -58,12 +70,111 @@ def run(inputs: str, out: str) -> float:
     return time.perf_counter() - start
 
 
+_BLOCK_ROWS = 1 << 16
+
+
+def write_big_log(path: str, inflated_bytes: int) -> int:
+    """A gzip CSV log of about inflated_bytes, streamed to disk (never whole in memory); returns its rows."""
+    rng = np.random.default_rng(0)
+    clicked = (rng.random(_BLOCK_ROWS) < 0.005).astype(int)
+    template = "".join(f"{{block:06d}}{j:05d},user-{j % 50000},https://example.com/a/{j % 9973}?p={j % 31},"
+                       f"{('de', 'fr', 'us')[j % 3]},{c}\n" for j, c in enumerate(clicked.tolist()))
+    header = b"id,user,url,country,clicked\n"
+    pieces = template.encode().split(b"{block:06d}")[1:]
+    deflate = zlib.compressobj(1, zlib.DEFLATED, 31)
+    rows = written = 0
+    with open(path, "wb") as f:
+        f.write(deflate.compress(header))
+        written += len(header)
+        block = 0
+        while written < inflated_bytes:
+            prefix = b"%06d" % block
+            data = prefix + prefix.join(pieces)
+            f.write(deflate.compress(data))
+            written += len(data)
+            rows += _BLOCK_ROWS
+            block += 1
+        f.write(deflate.flush())
+    return rows
+
+
+_RUN = """
+import sys
+from shardmill.pipelines import cli
+sys.exit(cli.main(["-q", "run", "--config", sys.argv[1]]))
+"""
+
+
+def peak_memory_run(log_dir: str, out: str, pythonpath: str, limit_gib: float) -> dict:
+    """One label run in a fresh process: seconds, exit code, peak RSS of its process tree, the manifest's counts."""
+    import psutil
+
+    config = out + ".textproto"
+    with open(config, "w") as f:
+        f.write(f'input: "{log_dir}"\nseed: 1\noutput {{ path: "{out}" overwrite: true }}\n'
+                'label_sampling { label_column: "clicked" ratio: 4 }\n')
+    env = dict(os.environ, PYTHONPATH=pythonpath) if pythonpath else None
+
+    def limit():
+        if limit_gib:
+            cap = int(limit_gib * (1 << 30))
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-c", _RUN, config], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, env=env, cwd="/", preexec_fn=limit)
+    tree = psutil.Process(proc.pid)
+    peak = 0
+    while proc.poll() is None:
+        try:
+            rss = sum(p.memory_info().rss for p in [tree, *tree.children(recursive=True)])
+        except psutil.Error:
+            rss = 0
+        peak = max(peak, rss)
+        time.sleep(0.02)
+    seconds = time.perf_counter() - start
+    err = proc.stderr.read().decode(errors="replace").strip().splitlines()
+    result = {"exit": proc.returncode, "seconds": round(seconds, 1), "peak_rss_tree_mib": round(peak / (1 << 20))}
+    manifest_path = os.path.join(out, ".manifest.json")
+    if proc.returncode == 0 and os.path.exists(manifest_path):
+        with open(manifest_path) as f:
+            acc = json.load(f)["stats"]["accounting"]
+        result.update(records_read=acc["records_read"], records_written=acc["records_written"],
+                      records_lost=acc["records_lost"])
+    elif err:
+        result["error"] = err[-1][:300]
+    return result
+
+
+def peak_memory(sizes_mb: list[int], pythonpath: str, limit_gib: float) -> dict:
+    work = tempfile.mkdtemp(prefix="bench_compressed_memory_")
+    report = {}
+    for size in sizes_mb:
+        log_dir = os.path.join(work, f"log-{size}")
+        os.makedirs(log_dir)
+        path = os.path.join(log_dir, "events.csv.gz")
+        rows = write_big_log(path, size * 1_000_000)
+        run = peak_memory_run(log_dir, os.path.join(work, f"out-{size}"), pythonpath, limit_gib)
+        report[f"{size}MB"] = {"inflated_mb": size, "compressed_mb": round(os.path.getsize(path) / 1e6, 1),
+                               "rows_written": rows, **run, "every_record_read": run.get("records_read") == rows}
+        os.remove(path)
+        print(json.dumps({f"{size}MB": report[f"{size}MB"]}), file=sys.stderr, flush=True)
+    return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--files", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--peak-memory", default="", help="inflated sizes in MB, e.g. 30,300,3000")
+    parser.add_argument("--pythonpath", default="", help="run another shardmill (PYTHONPATH) for --peak-memory")
+    parser.add_argument("--limit-gib", type=float, default=0, help="address-space cap per --peak-memory run")
     args = parser.parse_args()
+    if args.peak_memory:
+        sizes = [int(s) for s in args.peak_memory.split(",")]
+        print(json.dumps(peak_memory(sizes, args.pythonpath, args.limit_gib), indent=1))
+        return
     work = tempfile.mkdtemp(prefix="bench_compressed_logs_")
     inputs = {"plain": os.path.join(work, "plain"), "gzip": os.path.join(work, "gzip")}
     for name, directory in inputs.items():
