@@ -18,6 +18,7 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
+from shardmill.transforms.common.dead_letter import DeadLetter
 from shardmill.transforms.common.discovery import ERRORS, SOURCE_STATS, DiscoverFiles, list_input
 from shardmill.transforms.common.keyed_hash import fingerprint
 from shardmill.transforms.common.progress import ProgressLog, record_total
@@ -26,7 +27,8 @@ from shardmill.transforms.events.formats import EVENT_SUFFIXES, EventReadOptions
 from shardmill.transforms.events.partition_sampling import (exact_bucket, exact_label_counts, exact_rows, one_pass_rows,
                                                             partition_stats, shard_batches, two_pass_rows)
 from shardmill.transforms.events.partitions import EventRange, common_root, relative_name, split_file
-from shardmill.transforms.events.readers import HIVE_NULL, column_names, hive_values, read_events
+from shardmill.transforms.events.readers import (HIVE_NULL, column_names, event_blocks, hive_values, read_events,
+                                                 scan_events)
 from shardmill.transforms.events.sampling import exact_cut, exact_keep_count, exact_threshold
 from shardmill.transforms.events.schema import PartitionSchema, unify_schemas
 from shardmill.transforms.job import JobOutputs
@@ -61,6 +63,10 @@ class LabelSpec:
 
     def read(self, part: EventRange, labels_only: bool = False):
         return read_events(part, self.options, labels_only=labels_only)
+
+    def scan(self, part: EventRange):
+        """The partition whole, or a compressed log's first pass (its mask; event_blocks reads its rows)."""
+        return scan_events(part, self.options)
 
 
 def _label_counts(part: EventRange, spec: LabelSpec) -> tuple[str, tuple[int, int]]:
@@ -129,12 +135,9 @@ class _SampleFileFn(beam.DoFn):
     def process(self, event_range, totals=None, thresholds=None):
         spec = self._spec
         group = spec.group(event_range)
-        part = spec.read(event_range)
+        part = spec.scan(event_range)
         for dead in part.dead_letters:
             yield beam.pvalue.TaggedOutput(ERRORS, dead.to_dict())
-        if part.table.num_columns:
-            yield beam.pvalue.TaggedOutput(SCHEMAS, PartitionSchema(part.name, part.path, part.table.num_rows,
-                                                                    part.table.schema))
         if spec.mode in ("ITERATIVE", "ADAPTIVE"):
             rows = one_pass_rows(part, spec.ratio, spec.mode, spec.seed)
         elif spec.mode == "EXACT":
@@ -143,6 +146,16 @@ class _SampleFileFn(beam.DoFn):
             targets, non_targets = totals[group]
             rate = min(1.0, spec.ratio * targets / non_targets) if non_targets else 0.0
             rows = two_pass_rows(part, rate, spec.seed)
+        refs, schema = [], part.table.schema if part.table.num_columns else None
+        if part.block_rows:  # a compressed log in blocks: its rows read again, block by block
+            schema = part.schema
+            try:
+                refs = self._spill_blocks(event_range, part, rows)
+            except Exception as err:  # noqa: BLE001  (the file changed or broke between the passes)
+                yield beam.pvalue.TaggedOutput(ERRORS, DeadLetter(
+                    part.path, "read", "unreadable", f"{err} (second pass; the file is left out)",
+                    records=len(part.is_target)).to_dict())
+                part, rows, schema = dataclasses.replace(part, is_target=part.is_target.slice(0, 0)), rows[:0], None
         stats = partition_stats(part, rows)
         if spec.partition_by:
             stats["group"] = group
@@ -152,10 +165,29 @@ class _SampleFileFn(beam.DoFn):
         # Bytes that gave records: the run's records per byte, which prices a file lost with its records unknown.
         stats["bytes"] = max(event_range.size, 0) if stats["records"] else 0
         yield beam.pvalue.TaggedOutput(STATS, {"partition": stats})
-        name = f"events-{fingerprint(event_range.path):016x}-{event_range.index:05d}.arrow"
+        if schema is not None:
+            yield beam.pvalue.TaggedOutput(SCHEMAS, PartitionSchema(part.name, part.path, stats["records"], schema))
+        if part.block_rows:
+            yield from refs
+            return
         self._paths.check_live()
-        yield from write_spill(f"{self._paths.spill_dir}/{name}",
-                               shard_batches(part, rows, spec.seed, self._num_shards))
+        yield from write_spill(self._spill_path(event_range), shard_batches(part, rows, spec.seed, self._num_shards))
+
+    def _spill_path(self, event_range: EventRange, block: int = -1) -> str:
+        name = f"events-{fingerprint(event_range.path):016x}-{event_range.index:05d}"
+        return f"{self._paths.spill_dir}/{name}{'' if block < 0 else f'-{block:06d}'}.arrow"
+
+    def _spill_blocks(self, event_range: EventRange, scan, rows: np.ndarray) -> list:
+        """A compressed log's emitted rows spilled block by block (one spill file each); their refs, handed on
+        only once every block is spilled."""
+        emitted = np.sort(rows)  # block order; a shard's rows are sorted by order key when it is written
+        refs = []
+        for index, block in enumerate(event_blocks(event_range, self._spec.options, scan)):
+            lo, hi = np.searchsorted(emitted, [block.first_row, block.first_row + block.table.num_rows])
+            batches = shard_batches(block, emitted[lo:hi], self._spec.seed, self._num_shards)
+            self._paths.check_live()
+            refs.extend(write_spill(self._spill_path(event_range, index), batches))
+        return refs
 
 
 def _partitions(found: tuple, limit: int, root: str) -> list[EventRange]:

@@ -499,3 +499,107 @@ def test_a_column_types_key_naming_no_column_is_a_config_error_naming_the_column
     assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / "p")]) == 2
     assert ("label_sampling.column_types: declares column types of CSV/TSV files ('id', ...), but no input file is "
             "CSV/TSV (Parquet and JSON lines carry their own types)") in capsys.readouterr().err
+
+
+# ---- compressed logs: streamed, and a lost one priced by what it held ---------------------------------------------
+
+
+def test_a_compressed_log_lost_part_way_counts_the_records_read_from_it(tmp_path, capsys):
+    import gzip
+    import zlib
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "good.csv").write_text("id,clicked\n" + "".join(f"{i},{i % 2}\n" for i in range(20_000)))
+    repetitive = gzip.compress(("id,clicked\n" + "0,0\n1,1\n" * 100_000).encode())
+    (logs / "big.csv.gz").write_bytes(repetitive[:-100])  # truncated: its member can't be checked
+    config = tmp_path / "c.textproto"
+    config.write_text(f'input: "{logs}"\nlabel_sampling {{ label_column: "clicked" }}\n')  # the default budget
+    assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / "o")]) == 1
+    assert "of the input was bad" in capsys.readouterr().err
+    report = json.loads(next((tmp_path / "o" / ".rejected").glob("*manifest.json")).read_text())
+    acc = report["stats"]["accounting"]
+    # Priced by the records read from it before the cut and the one it cut (not by its few compressed bytes at
+    # the plain file's records per byte: ~1,200).
+    before_cut = zlib.decompressobj(31).decompress(repetitive[:-100]).count(b"\n") - 1  # the header is no record
+    assert before_cut > 150_000
+    assert acc["records_lost"] == before_cut + 1 and acc["records_lost_estimated"] == 0
+    assert acc["error_fraction"] > 0.85
+
+
+def _run_limited(config, limit_gib: float = 3, timeout: int = 600):
+    """`shardmill run` in a subprocess with its address space capped; (its result, its peak RSS in MiB).
+
+    The cap keeps a run that would hold a log whole from taking the machine; it is no measure itself (Arrow's
+    allocator reserves address space by the GiB), the peak RSS is."""
+    import resource
+    import subprocess
+    import sys
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (int(limit_gib * (1 << 30)),) * 2)
+
+    run = ("import resource, sys; from shardmill.pipelines import cli; "
+           "code = cli.main(['run', '--config', sys.argv[1]]); "
+           "print('peak_rss_kib', max(resource.getrusage(w).ru_maxrss for w in (resource.RUSAGE_SELF, "
+           "resource.RUSAGE_CHILDREN))); sys.exit(code)")
+    result = subprocess.run([sys.executable, "-c", run, str(config)], capture_output=True, text=True,
+                            timeout=timeout, preexec_fn=cap, cwd="/")
+    peaks = [int(line.split()[1]) for line in result.stdout.splitlines() if line.startswith("peak_rss_kib ")]
+    return result, (peaks[0] >> 10 if peaks else -1)
+
+
+def _write_gzip_csv(path, rows: int) -> None:
+    """id,user,clicked rows (a click every 97) gzip-compressed a block at a time, never whole in memory."""
+    import zlib
+
+    deflate = zlib.compressobj(1, zlib.DEFLATED, 31)
+    with open(path, "wb") as f:
+        f.write(deflate.compress(b"id,user,clicked\n"))
+        for first in range(0, rows, 1 << 16):
+            ids = range(first, min(rows, first + (1 << 16)))
+            f.write(deflate.compress("".join(f"{i},user-{i % 50_000:05d}-{'x' * 40},{int(i % 97 == 0)}\n"
+                                             for i in ids).encode()))
+        f.write(deflate.flush())
+
+
+@pytest.mark.slow
+def test_a_compressed_log_of_300_mb_is_read_whole_in_flat_memory(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    rows = 4_500_000  # ~300 MB inflated
+    _write_gzip_csv(logs / "events.csv.gz", rows)
+    out = tmp_path / "o"
+    config = tmp_path / "c.textproto"
+    config.write_text(f'input: "{logs}"\noutput {{ path: "{out}" }}\nlabel_sampling {{ label_column: "clicked" }}\n')
+    result, peak_mib = _run_limited(config)
+    assert result.returncode == 0, result.stderr[-2000:]
+    acc = load_manifest(str(out))["stats"]["accounting"]
+    assert acc["records_read"] == rows and acc["records_lost"] == 0
+    # Read in 16 MiB blocks: ~450 MiB here (a run holding the text whole peaked at 1,130 MiB).
+    assert peak_mib < 800
+
+
+@pytest.mark.slow
+def test_a_bomb_holding_no_records_costs_one_record_not_the_run(tmp_path):
+    import gzip
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "good.csv").write_text("id,clicked\n" + "".join(f"{i},{i % 2}\n" for i in range(2_000)))
+    # Over 4 GiB of one unending line in ~4 MB: 66 gzip members of 64 MiB each.
+    member = gzip.compress(b"x" * (64 << 20), compresslevel=9)
+    with open(logs / "bomb.csv.gz", "wb") as f:
+        f.write(gzip.compress(b"id,clicked\n"))
+        for _ in range(66):
+            f.write(member)
+    out = tmp_path / "o"
+    config = tmp_path / "c.textproto"
+    config.write_text(f'input: "{logs}"\noutput {{ path: "{out}" }}\nlabel_sampling {{ label_column: "clicked" }}\n')
+    result, peak_mib = _run_limited(config)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert peak_mib < 800
+    manifest = load_manifest(str(out))
+    acc = manifest["stats"]["accounting"]
+    assert acc["records_read"] == 2_000 and acc["records_lost"] == 1 and acc["records_lost_estimated"] == 0
+    assert [(e["reason"], e["member"]) for e in read_errors(str(out), manifest)] == [("over_long_record", "line 2")]
