@@ -563,8 +563,13 @@ def _scan_compressed(part: EventRange, fmt: str, options: EventReadOptions, open
         table, is_target = first if first else (pa.table({}), pa.array([], pa.bool_()))
         return EventPartition(path, table, is_target, dead, part.name)
     is_target = pa.chunked_array(masks, pa.bool_()).combine_chunks()
+    schema = None
+    if not columns:  # the file's columns as its rows are written: the blocks' types, then its hive columns
+        schema = _file_schema(schemas)
+        if options.hive_partitioning:
+            schema = with_hive_columns(schema.empty_table(), part.relative).schema
     return EventPartition(path, pa.table({}), is_target, dead, part.name, block_rows=tuple(block_rows),
-                          schema=None if columns else _file_schema(schemas))
+                          schema=schema)
 
 
 def _file_schema(schemas: list[pa.Schema]) -> pa.Schema:
@@ -612,8 +617,8 @@ def event_blocks(part: EventRange, options: EventReadOptions, scan: EventPartiti
         if fmt == "jsonl" and options.label_column not in table.column_names:
             continue  # rows without the label: dead letters of the first pass
         dead: list[DeadLetter] = []
-        table = _with_types(table, schema)
         table, is_target = _labelled(part.path, table, locate, part, options, dead)
+        table = _with_types(table, schema)
         if index >= len(scan.block_rows) or table.num_rows != scan.block_rows[index]:
             raise ValueError(f"{part.path}: block {index} reads {table.num_rows} rows now, "
                              f"{scan.block_rows[index] if index < len(scan.block_rows) else 0} before")

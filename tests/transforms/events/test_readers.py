@@ -405,6 +405,22 @@ def test_a_compressed_log_read_in_blocks_gives_the_plain_files_rows_types_and_de
     assert len(got.dead_letters) == 6
 
 
+def test_a_compressed_log_read_in_blocks_keeps_its_hive_columns_in_its_schema(tmp_path, monkeypatch):
+    from shardmill.transforms.events import record_ends
+    from shardmill.transforms.events.partitions import EventRange
+    from shardmill.transforms.events.readers import scan_events
+
+    monkeypatch.setattr(record_ends, "STREAM_BLOCK_BYTES", 4096)
+    packed = tmp_path / "events.csv.gz"
+    packed.write_bytes(compress(("id,clicked\n" + "".join(f"{i},{i % 3}\n" for i in range(5000))).encode(), "gzip"))
+    part = EventRange(str(packed), relative="dt=2026-11-01/events.csv.gz", size=packed.stat().st_size)
+    options = EventReadOptions("clicked", hive_partitioning=True)
+    scan = scan_events(part, options, opener=local_open)
+    assert len(scan.block_rows) > 3 and scan.schema.names == ["id", "clicked", "dt"]
+    whole = read_events(part, options, opener=local_open)
+    assert whole.table.schema == scan.schema and set(whole.table["dt"].to_pylist()) == {"2026-11-01"}
+
+
 def test_gzip_with_trailing_garbage_keeps_its_members_records_and_says_what_follows(tmp_path):
     packed = tmp_path / "tail.csv.gz"
     first, second = b"id,clicked\n1,1\n2,0\n", b"3,1\n"
