@@ -23,7 +23,7 @@ from shardmill.transforms.common.discovery import ERRORS, SOURCE_STATS, Discover
 from shardmill.transforms.common.keyed_hash import fingerprint
 from shardmill.transforms.common.progress import ProgressLog, record_total
 from shardmill.transforms.common.spill import write_spill
-from shardmill.transforms.events.formats import EVENT_SUFFIXES, EventReadOptions, compression_of
+from shardmill.transforms.events.formats import EVENT_SUFFIXES, EventReadOptions, compression_of, format_of
 from shardmill.transforms.events.partition_sampling import (exact_bucket, exact_label_counts, exact_rows, one_pass_rows,
                                                             partition_stats, shard_batches, two_pass_rows)
 from shardmill.transforms.events.partitions import EventRange, common_root, relative_name, split_file
@@ -69,18 +69,47 @@ class LabelSpec:
         return scan_events(part, self.options)
 
 
-def _label_counts(part: EventRange, spec: LabelSpec) -> tuple[str, tuple[int, int]]:
-    is_target = spec.read(part, labels_only=True).target_mask()
-    return spec.group(part), (int(is_target.sum()), int((~is_target).sum()))
+def _label_pass(part: EventRange, spec: LabelSpec) -> tuple[str, str, tuple, PartitionSchema | None]:
+    """The two-pass modes' first pass over a partition: (group, partition name, label counts, the schema its
+    rows are written with or None). Counts: EXACT (targets, histogram of the non-targets' priorities),
+    TWO_PASS (targets, non-targets)."""
+    labels = spec.read(part, labels_only=True)
+    if spec.mode == "EXACT":
+        counts = exact_label_counts(labels, spec.seed)
+    else:
+        is_target = labels.target_mask()
+        counts = int(is_target.sum()), int((~is_target).sum())
+    return spec.group(part), part.name, counts, _written_schema(part, spec, len(labels.is_target))
+
+
+def _written_schema(part: EventRange, spec: LabelSpec, records: int) -> PartitionSchema | None:
+    """The schema the Sample step reports for a partition, read as cheaply as its format allows: a Parquet
+    file's footer (a run of no row groups: the same columns, hive columns and checks); a text log parsed, as
+    its types are inferred from every value. None when its read leaves it out whole (nothing is written)."""
+    if format_of(part.path) == "parquet":
+        read = spec.read(dataclasses.replace(part, end_group=part.first_group))
+    else:
+        read = scan_events(part, spec.options)  # a compressed log: its mask and its blocks' types, no rows held
+    schema = read.schema if read.block_rows else read.table.schema if read.table.num_columns else None
+    return None if schema is None else PartitionSchema(part.name, part.path, records, schema)
+
+
+def _left_out(event_schema, unwritten: list[str]) -> frozenset[str]:
+    """Partitions whose rows are not written: left out for their schema, or whole by the full read though
+    their labels were read (a repeated column name the label-only read doesn't see)."""
+    return frozenset(event_schema.rejected) | frozenset(unwritten)
+
+
+def _counted(label_pass, left_out: frozenset[str]) -> list:
+    """(group, counts) of a partition whose rows are written: only those count toward a cut (EXACT's
+    threshold, TWO_PASS's rate), or the run misses its ratio by what the others held."""
+    group, name, counts, _ = label_pass
+    return [] if name in left_out else [(group, counts)]
 
 
 def _sum_pairs(pairs):
     pairs = list(pairs)
     return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
-
-
-def _label_histogram(part: EventRange, spec: LabelSpec) -> tuple[str, tuple[int, np.ndarray]]:
-    return spec.group(part), exact_label_counts(spec.read(part, labels_only=True), spec.seed)
 
 
 class _SumHistograms(beam.CombineFn):
@@ -110,16 +139,17 @@ def _exact_cut(group_totals, ratio: float):
     return group, exact_cut(histogram, exact_keep_count(targets, non_targets, ratio)) if non_targets else None
 
 
-def _bucket_priorities(part: EventRange, cuts: dict, spec: LabelSpec) -> tuple[str, np.ndarray]:
+def _bucket_priorities(part: EventRange, cuts: dict, spec: LabelSpec,
+                       left_out: frozenset[str] = frozenset()) -> tuple[str, np.ndarray]:
     group = spec.group(part)
-    if cuts[group] is None:
+    if part.name in left_out or cuts[group] is None:
         return group, np.zeros(0, np.uint64)
     return group, exact_bucket(spec.read(part, labels_only=True), cuts[group][0], spec.seed)
 
 
 def _threshold(group_buckets, cuts: dict) -> tuple[str, int | None]:
     group, bucket_priorities = group_buckets
-    cut = cuts[group]
+    cut = cuts.get(group)  # None too for a group whose partitions are all left out
     return group, None if cut is None else exact_threshold(list(bucket_priorities), cut[1])
 
 
@@ -141,9 +171,9 @@ class _SampleFileFn(beam.DoFn):
         if spec.mode in ("ITERATIVE", "ADAPTIVE"):
             rows = one_pass_rows(part, spec.ratio, spec.mode, spec.seed)
         elif spec.mode == "EXACT":
-            rows = exact_rows(part, thresholds[group], spec.seed)
+            rows = exact_rows(part, thresholds.get(group), spec.seed)  # a group wholly left out has no cut
         else:
-            targets, non_targets = totals[group]
+            targets, non_targets = totals.get(group, (0, 0))
             rate = min(1.0, spec.ratio * targets / non_targets) if non_targets else 0.0
             rows = two_pass_rows(part, rate, spec.seed)
         refs, schema = [], part.table.schema if part.table.num_columns else None
@@ -287,34 +317,47 @@ class LabelJob(beam.PTransform):
         sample = _SampleFileFn(spec, self._paths, self._num_shards)
         side_inputs = {}
         # The two-pass modes hold the ratio per group (spec.group: one group unless partition_by says).
-        if spec.mode == "TWO_PASS":
-            totals = (
-                files
-                | "CountLabels" >> beam.Map(_label_counts, spec)
-                | "Totals" >> beam.CombinePerKey(_sum_pairs)
+        # Their cut counts only partitions whose rows are written, so the schemas are unified from the first
+        # pass, before the cut; the shards are written with that schema.
+        event_schema = None
+        if spec.mode in ("TWO_PASS", "EXACT"):
+            label_passes = files | "LabelPass" >> beam.Map(_label_pass, spec)
+            event_schema = (
+                label_passes
+                | "PassSchemas" >> beam.FlatMap(lambda passed: [passed[3]] if passed[3] is not None else [])
+                | "AllPassSchemas" >> beam.combiners.ToList()
+                | "UnifyPassSchemas" >> beam.Map(unify_schemas)
             )
+            unwritten = (label_passes
+                         | "Unwritten" >> beam.FlatMap(lambda passed: [passed[1]] if passed[3] is None else [])
+                         | "AllUnwritten" >> beam.combiners.ToList())
+            left_out = beam.pvalue.AsSingleton(
+                event_schema | "LeftOut" >> beam.Map(_left_out, beam.pvalue.AsSingleton(unwritten)))
+            counted = label_passes | "Counted" >> beam.FlatMap(_counted, left_out)
+        if spec.mode == "TWO_PASS":
+            totals = counted | "Totals" >> beam.CombinePerKey(_sum_pairs)
             side_inputs["totals"] = beam.pvalue.AsDict(totals)
         elif spec.mode == "EXACT":
             cuts = (
-                files
-                | "LabelHistograms" >> beam.Map(_label_histogram, spec)
+                counted
                 | "Histogram" >> beam.CombinePerKey(_SumHistograms())
                 | "Cut" >> beam.Map(_exact_cut, spec.ratio)
             )
             thresholds = (
                 files
-                | "CutBucket" >> beam.Map(_bucket_priorities, beam.pvalue.AsDict(cuts), spec)
+                | "CutBucket" >> beam.Map(_bucket_priorities, beam.pvalue.AsDict(cuts), spec, left_out)
                 | "AllInBucket" >> beam.GroupByKey()
                 | "Threshold" >> beam.Map(_threshold, beam.pvalue.AsDict(cuts))
             )
             side_inputs["thresholds"] = beam.pvalue.AsDict(thresholds)
         sampled = files | "Sample" >> beam.ParDo(sample, **side_inputs).with_outputs(ERRORS, STATS, SCHEMAS,
                                                                                       main="refs")
-        event_schema = (
-            sampled[SCHEMAS]
-            | "AllSchemas" >> beam.combiners.ToList()
-            | "UnifySchemas" >> beam.Map(unify_schemas)
-        )
+        if event_schema is None:  # the one-pass modes: from the schemas the Sample step read
+            event_schema = (
+                sampled[SCHEMAS]
+                | "AllSchemas" >> beam.combiners.ToList()
+                | "UnifySchemas" >> beam.Map(unify_schemas)
+            )
         return JobOutputs(
             shard_refs=sampled["refs"],
             num_shards=pbegin | "NumShards" >> beam.Create([self._num_shards]),

@@ -441,64 +441,57 @@ def test_empty_and_null_hive_folders_unify_with_their_keys_other_values_in_whole
                                                            ("2026-11-01", None)}
 
 
+@pytest.fixture()
+def logs_with_a_file_left_out(tmp_path):
+    """a.csv and c.csv (integer ids): 200 targets among 4,000 rows; b.csv, left out whole by its read or its
+    schema, holds 200 targets among 400 rows: counted in a cut it would raise TWO_PASS's rate to 0.2 and move
+    EXACT's threshold, both far from what the written rows need."""
+    def write(variant):
+        logs = tmp_path / f"logs-{variant}"
+        logs.mkdir()
+        for name, rows in (("a.csv", 2000), ("c.csv", 2000)):
+            (logs / name).write_text("id,clicked\n" + "".join(f"{i},{int(i % 20 == 0)}\n" for i in range(rows)))
+        header, value = {"schema_conflict": ("id,clicked", "x{}"), "duplicate_columns": ("id,id,clicked", "{},{}")}[
+            variant]
+        (logs / "b.csv").write_text(f"{header}\n" + "".join(f"{value.format(i, i)},{i % 2}\n" for i in range(400)))
+        return logs
+    return write
 
-def test_a_run_without_targets_warns_and_exact_refuses_it(tmp_path, capsys):
+
+@pytest.mark.parametrize("variant", ["schema_conflict", "duplicate_columns"])
+@pytest.mark.parametrize("mode", ["EXACT", "TWO_PASS"])
+def test_a_file_left_out_counts_toward_no_cut(logs_with_a_file_left_out, tmp_path, mode, variant):
+    logs = logs_with_a_file_left_out(variant)
+    manifest = run_config([str(logs)], tmp_path / "o", f'label_column: "clicked" ratio: 2 mode: {mode}')
+    assert [e["reason"] for e in read_errors(tmp_path / "o", manifest)] == [variant]
+    stats = manifest["stats"]["label_sampling"]
+    targets, non_targets = 200, 3800  # of a.csv and c.csv, the files written
+    rows = read_rows(tmp_path / "o", manifest)
+    kept = sum(1 for c in rows["clicked"].to_pylist() if not c)
+    assert (stats["targets"], stats["non_targets_in"], stats["non_targets_out"]) == (targets, non_targets, kept)
+    assert set(rows["_partition"].to_pylist()) == {"a.csv", "c.csv"}
+    if mode == "EXACT":  # exactly round(ratio x targets) of the written rows
+        assert kept == 400 and stats["achieved_ratio"] == 2
+    else:  # each non-target kept with rate 2 x 200 / 3,800: Binomial(3,800, rate); bounds at 1e-6 each side
+        pmf = binomial_pmf(non_targets, 2 * targets / non_targets)
+        low, high = np.searchsorted(np.cumsum(pmf), [1e-6, 1 - 1e-6])
+        assert low <= kept <= high, (low, kept, high)  # about 330..475; counting b.csv would give about 760
+
+
+def test_a_hive_group_wholly_left_out_has_no_cut_and_the_others_keep_theirs(tmp_path):
     logs = tmp_path / "logs"
-    logs.mkdir()
-    (logs / "a.csv").write_text("id,clicked\n" + "".join(f"{i},0\n" for i in range(300)))
-    config = tmp_path / "c.textproto"
-    for mode in ("ADAPTIVE", "TWO_PASS"):
-        config.write_text(f'input: "{logs}"\nlabel_sampling {{ label_column: "clicked" ratio: 2 mode: {mode} }}\n')
-        assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / mode)]) == 0
-        out, err = capsys.readouterr()
-        kept = load_manifest(str(tmp_path / mode))["stats"]["label_sampling"]["non_targets_out"]
-        warning = (f"no targets: none of the 300 records read has a 'clicked' value in target_values; the output "
-                   f"holds {kept:,} non-targets and no target")
-        assert f"warning: {warning}" in out
-        assert ("WARNING shardmill.transforms.events.kind: label_sampling: no targets: none of the 300 records read "
-                "has a 'clicked' value in target_values ['1']; the output holds") in err  # the log
-    config.write_text(f'input: "{logs}"\nlabel_sampling {{ label_column: "clicked" ratio: 2 mode: EXACT }}\n')
-    assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / "exact")]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1] == ("shardmill run: error: label_sampling: no targets: none of the 300 records read has a 'clicked' "
-                       "value in target_values ['1']: EXACT keeps ratio x targets = 0 non-targets, so there is nothing "
-                       "to commit (check label_column and target_values)")
-    assert not list((tmp_path / "exact").glob("*manifest.json")) and not list((tmp_path / "exact").glob("*.parquet"))
-
-
-def test_a_label_column_only_in_hive_folders_is_refused_saying_folders_cannot_supply_it(tmp_path, capsys):
-    logs = tmp_path / "logs"
-    for clicked in (0, 1):
-        (logs / f"clicked={clicked}").mkdir(parents=True)
-        (logs / f"clicked={clicked}" / "part-0.csv").write_text("id,user\n1,a\n2,b\n")
-    config = tmp_path / "c.textproto"
-    config.write_text(f'input: "{logs}"\nlabel_sampling {{ label_column: "clicked" mode: EXACT hive_partitioning: true }}\n')
-    assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / "o")]) == 2
-    assert capsys.readouterr().err.strip() == (
-        f"shardmill run: error: label_sampling.label_column: no input file has a column 'clicked', only hive folders "
-        f"clicked=... ({logs}/clicked=0/part-0.csv): the label must be a column of the files, folders can't supply it")
-    assert not (tmp_path / "o").exists()
-
-
-def test_a_column_types_key_naming_no_column_is_a_config_error_naming_the_columns_found(tmp_path, capsys):
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    (logs / "a.csv").write_text("id,user,clicked\n1,a,1\n2,b,0\n")
-    (logs / "b.csv").write_text("id,user,country,clicked\n1,a,de,1\n2,b,fr,0\n")  # a column that came later
-    config = tmp_path / "c.textproto"
-    for key, code in (("countyr", 2), ("country", 0)):
-        config.write_text(f'input: "{logs}"\nlabel_sampling {{ label_column: "clicked" '
-                          f'column_types {{ key: "{key}" value: "string" }} }}\n')
-        assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / key)]) == code
-    captured = capsys.readouterr()
-    assert ("shardmill run: error: label_sampling.column_types: no column 'countyr' in any CSV/TSV input file "
-            "(did you mean 'country'?); columns found: id, user, clicked, country") in captured.err
-    pq.write_table(pa.table({"id": [1], "clicked": [1]}), tmp_path / "only.parquet")
-    config.write_text(f'input: "{tmp_path / "only.parquet"}"\nlabel_sampling {{ label_column: "clicked" '
-                      'column_types { key: "id" value: "string" } }\n')
-    assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / "p")]) == 2
-    assert ("label_sampling.column_types: declares column types of CSV/TSV files ('id', ...), but no input file is "
-            "CSV/TSV (Parquet and JSON lines carry their own types)") in capsys.readouterr().err
+    for folder, name, ids in (("dt=1", "a.csv", "{}"), ("dt=1", "c.csv", "{}"), ("dt=2", "b.csv", "x{}")):
+        (logs / folder).mkdir(parents=True, exist_ok=True)
+        (logs / folder / name).write_text(
+            "id,clicked\n" + "".join(f"{ids.format(i)},{int(i % 20 == 0)}\n" for i in range(2000 if ids == "{}" else 100)))
+    for mode in ("EXACT", "TWO_PASS"):
+        manifest = run_config([str(logs)], tmp_path / mode, f'label_column: "clicked" ratio: 2 mode: {mode} '
+                              'hive_partitioning: true partition_by: "dt"')
+        assert [e["reason"] for e in read_errors(tmp_path / mode, manifest)] == ["schema_conflict"]
+        groups = manifest["stats"]["label_sampling"]["groups"]
+        assert list(groups) == ["dt=1"] and groups["dt=1"]["targets"] == 200
+        if mode == "EXACT":
+            assert groups["dt=1"]["non_targets_out"] == 400
 
 
 # ---- compressed logs: streamed, and a lost one priced by what it held ---------------------------------------------
@@ -603,3 +596,62 @@ def test_a_bomb_holding_no_records_costs_one_record_not_the_run(tmp_path):
     acc = manifest["stats"]["accounting"]
     assert acc["records_read"] == 2_000 and acc["records_lost"] == 1 and acc["records_lost_estimated"] == 0
     assert [(e["reason"], e["member"]) for e in read_errors(str(out), manifest)] == [("over_long_record", "line 2")]
+
+
+def test_a_run_without_targets_warns_and_exact_refuses_it(tmp_path, capsys):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.csv").write_text("id,clicked\n" + "".join(f"{i},0\n" for i in range(300)))
+    config = tmp_path / "c.textproto"
+    for mode in ("ADAPTIVE", "TWO_PASS"):
+        config.write_text(f'input: "{logs}"\nlabel_sampling {{ label_column: "clicked" ratio: 2 mode: {mode} }}\n')
+        assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / mode)]) == 0
+        out, err = capsys.readouterr()
+        kept = load_manifest(str(tmp_path / mode))["stats"]["label_sampling"]["non_targets_out"]
+        warning = (f"no targets: none of the 300 records read has a 'clicked' value in target_values; the output "
+                   f"holds {kept:,} non-targets and no target")
+        assert f"warning: {warning}" in out
+        assert ("WARNING shardmill.transforms.events.kind: label_sampling: no targets: none of the 300 records read "
+                "has a 'clicked' value in target_values ['1']; the output holds") in err  # the log
+    config.write_text(f'input: "{logs}"\nlabel_sampling {{ label_column: "clicked" ratio: 2 mode: EXACT }}\n')
+    assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / "exact")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == ("shardmill run: error: label_sampling: no targets: none of the 300 records read has a 'clicked' "
+                       "value in target_values ['1']: EXACT keeps ratio x targets = 0 non-targets, so there is nothing "
+                       "to commit (check label_column and target_values)")
+    assert not list((tmp_path / "exact").glob("*manifest.json")) and not list((tmp_path / "exact").glob("*.parquet"))
+
+
+def test_a_label_column_only_in_hive_folders_is_refused_saying_folders_cannot_supply_it(tmp_path, capsys):
+    logs = tmp_path / "logs"
+    for clicked in (0, 1):
+        (logs / f"clicked={clicked}").mkdir(parents=True)
+        (logs / f"clicked={clicked}" / "part-0.csv").write_text("id,user\n1,a\n2,b\n")
+    config = tmp_path / "c.textproto"
+    config.write_text(f'input: "{logs}"\nlabel_sampling {{ label_column: "clicked" mode: EXACT hive_partitioning: true }}\n')
+    assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"shardmill run: error: label_sampling.label_column: no input file has a column 'clicked', only hive folders "
+        f"clicked=... ({logs}/clicked=0/part-0.csv): the label must be a column of the files, folders can't supply it")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_column_types_key_naming_no_column_is_a_config_error_naming_the_columns_found(tmp_path, capsys):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.csv").write_text("id,user,clicked\n1,a,1\n2,b,0\n")
+    (logs / "b.csv").write_text("id,user,country,clicked\n1,a,de,1\n2,b,fr,0\n")  # a column that came later
+    config = tmp_path / "c.textproto"
+    for key, code in (("countyr", 2), ("country", 0)):
+        config.write_text(f'input: "{logs}"\nlabel_sampling {{ label_column: "clicked" '
+                          f'column_types {{ key: "{key}" value: "string" }} }}\n')
+        assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / key)]) == code
+    captured = capsys.readouterr()
+    assert ("shardmill run: error: label_sampling.column_types: no column 'countyr' in any CSV/TSV input file "
+            "(did you mean 'country'?); columns found: id, user, clicked, country") in captured.err
+    pq.write_table(pa.table({"id": [1], "clicked": [1]}), tmp_path / "only.parquet")
+    config.write_text(f'input: "{tmp_path / "only.parquet"}"\nlabel_sampling {{ label_column: "clicked" '
+                      'column_types { key: "id" value: "string" } }\n')
+    assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / "p")]) == 2
+    assert ("label_sampling.column_types: declares column types of CSV/TSV files ('id', ...), but no input file is "
+            "CSV/TSV (Parquet and JSON lines carry their own types)") in capsys.readouterr().err
