@@ -6,7 +6,8 @@ import difflib
 import logging
 import math
 
-from shardmill.transforms.events.formats import EVENT_SUFFIXES, arrow_type, format_of
+from shardmill.transforms.events.formats import (ASSUMED_INFLATION, EVENT_SUFFIXES, arrow_type, compression_of,
+                                                 format_of)
 from shardmill.transforms.job import JobKind
 
 _LOG = logging.getLogger(__name__)
@@ -109,6 +110,12 @@ def label_spec(config):
                      tuple(labels.partition_by))
 
 
+def rows_bytes(files: list[tuple[str, int]]) -> int:
+    """The size the input's rows take once read: a compressed log's bytes on disk stand for several times as
+    many (a shard is sorted in memory, so a log sized by its compressed bytes would overfill one)."""
+    return sum(size * (ASSUMED_INFLATION if compression_of(path) else 1) for path, size in files)
+
+
 class LabelsKind(JobKind):
     name = "labels"
     package = "shardmill.transforms.events"
@@ -159,7 +166,7 @@ class LabelsKind(JobKind):
         check_column_types([path for path, _ in files], spec.options)
         check_partition_by([path for path, _ in files], inputs, spec.partition_by)
         input_bytes = sum(size for _, size in files)
-        num_shards = shard_count(input_bytes, ShardSizing.of(config.output), WRITE_LESS)
+        num_shards = shard_count(rows_bytes(files), ShardSizing.of(config.output), WRITE_LESS)
         return LabelPlan(spec, tuple(inputs), num_shards, input_bytes)
 
     def transform(self, config, plan, paths):

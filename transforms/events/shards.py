@@ -9,7 +9,7 @@ import pyarrow.compute as pc
 
 from shardmill.transforms.common.dead_letter import count_reasons
 from shardmill.transforms.common.discovery import skipped_files_accounting
-from shardmill.transforms.events.formats import compression_of
+from shardmill.transforms.events.formats import ASSUMED_INFLATION, compression_of
 from shardmill.transforms.events.partition_sampling import IDENTITY_COLUMNS
 from shardmill.transforms.events.schema import conform
 from shardmill.transforms.events.summary import label_sampling_stats
@@ -27,11 +27,6 @@ def event_shard_table(batches: list[pa.RecordBatch], identity_columns: list[str]
         return table.drop_columns(["order_key"]) if "order_key" in table.column_names else table
     order = pc.sort_indices(table, sort_keys=[(c, "ascending") for c in ["order_key", *identity_columns]])
     return table.take(order).drop_columns(["order_key"])
-
-
-# A compressed file's records per byte where the run read no file of its compression to measure them: the
-# run's records per plain byte times this (gzip, zstd and bz2 shrink text logs about 5 to 10 times).
-ASSUMED_INFLATION = 8
 
 
 def records_lost(dead_letters: list[dict], read: list[dict]) -> tuple[int, int]:

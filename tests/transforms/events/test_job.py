@@ -655,3 +655,25 @@ def test_a_column_types_key_naming_no_column_is_a_config_error_naming_the_column
     assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / "p")]) == 2
     assert ("label_sampling.column_types: declares column types of CSV/TSV files ('id', ...), but no input file is "
             "CSV/TSV (Parquet and JSON lines carry their own types)") in capsys.readouterr().err
+
+
+def test_a_compressed_log_is_sized_into_shards_by_its_inflated_rows_not_its_bytes_on_disk(tmp_path):
+    """A shard is sorted in memory: a log that inflates 8x must not land in the one shard its disk size fills."""
+    import gzip
+
+    from shardmill.pipelines.jobs import kind_named
+
+    rows = b"id,clicked\n" + b"".join(b"%d,%d\n" % (i, i % 7 == 0) for i in range(200_000))
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "packed").mkdir()
+    (tmp_path / "plain" / "a.csv").write_bytes(rows)
+    (tmp_path / "packed" / "a.csv.gz").write_bytes(gzip.compress(rows))
+    config = validate(parse_config(
+        'input: "unused" label_sampling { label_column: "clicked" } output { target_shard_bytes: 1048576 }'))
+    kind = kind_named("labels")
+    plain = kind.plan(config, [str(tmp_path / "plain")]).num_shards
+    packed = kind.plan(config, [str(tmp_path / "packed")]).num_shards
+    compressed_size = (tmp_path / "packed" / "a.csv.gz").stat().st_size
+    assert plain == -(-len(rows) // (1 << 20))
+    assert packed == -(-compressed_size * 8 // (1 << 20))
+    assert packed > max(1, -(-compressed_size // (1 << 20)))  # what its bytes on disk would give
