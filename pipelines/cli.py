@@ -268,11 +268,24 @@ def _no_output(output_dir: str):
                        f"committed nothing; its report is in {report}")
 
 
+def _check_store_reachable(output_dir: str) -> None:
+    """A run's bounded probe (README, object storage) of an S3 output before the reader's calls, which a store
+    that does not answer holds for tens of seconds each; without Beam (a reader-only install) the reader's bounds
+    stand."""
+    try:
+        from shardmill.transforms.common.filesystem import check_stores_reachable
+    except ImportError:
+        return
+    check_stores_reachable([output_dir])
+
+
 def _inspect(args, beam_args) -> int:
     from shardmill.native_ext import load_manifest  # checks every shard against the manifest too
     from shardmill.native_ext.dataset import OutputError
     from shardmill.pipelines.jobs import job_kind_of_manifest
 
+    if args.output_dir.startswith("s3://") and "?" not in args.output_dir:  # a query names the reader's own store
+        _check_store_reachable(args.output_dir)
     try:
         manifest = load_manifest(args.output_dir)
     except OutputError as err:

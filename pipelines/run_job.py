@@ -116,6 +116,19 @@ def build_graph(p: beam.Pipeline, config: JobConfig, plan, paths: RunPaths, loca
     )
 
 
+def config_strings(message) -> list[str]:
+    """Every string a config sets, in nested sections too: the places its inputs, output, corpora and index
+    cache name, for the reachability probe, which takes the object-store paths among them."""
+    strings = []
+    for field, value in message.ListFields():
+        for item in value if field.is_repeated else [value]:
+            if field.type == field.TYPE_MESSAGE:
+                strings += config_strings(item)
+            elif field.type == field.TYPE_STRING:
+                strings.append(item)
+    return strings
+
+
 def check_overwrite(output_dir: str, committed, overwrite: bool) -> None:
     """OutputExistsError for an output that holds a committed generation, unless overwriting."""
     if committed is not None and not overwrite:
@@ -146,7 +159,7 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
     cleaning up (nothing committed).
     """
     use_pipeline_options(options)
-    check_stores_reachable([*config.input, output_dir])
+    check_stores_reachable([*config_strings(config), output_dir])
     lifecycle.check_output_path(output_dir, list(config.input))
     kind = job_kind(config)
     local_run = is_local_run(options)
@@ -220,7 +233,7 @@ def dry_run(config: JobConfig, options: PipelineOptions, graph_depth: int = 2) -
     graph_depth: after the summary line, the graph's transforms to this depth, one a line (0: none).
     """
     kind = job_kind(config)
-    check_stores_reachable([*config.input, config.output.path])
+    check_stores_reachable(config_strings(config))
     inputs = kind.inputs(config, check_remote=False)
     output_dir = config.output.path
     lifecycle.check_output_path(output_dir, list(config.input))

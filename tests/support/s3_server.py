@@ -83,14 +83,20 @@ class S3Server:
 
 
 @contextlib.contextmanager
-def silent_server():
-    """A TCP server on loopback that accepts connections and never answers: a store that hangs."""
+def silent_server(drop_connections: bool = False):
+    """A TCP server on loopback that never answers: a store that hangs. Its connections are accepted (the
+    kernel completes them, nothing reads), or with drop_connections never made: the one place of its accept
+    queue is taken at once, so the kernel drops every further connection's SYN and connecting times out."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
+    listener.listen(0 if drop_connections else 64)
+    address = listener.getsockname()
+    filler = socket.create_connection(address, timeout=5) if drop_connections else None
     try:
-        yield f"127.0.0.1:{listener.getsockname()[1]}"
+        yield f"127.0.0.1:{address[1]}"
     finally:
+        if filler is not None:
+            filler.close()
         listener.close()
 
 

@@ -42,7 +42,7 @@ import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
 
 from shardmill.transforms.common.dead_letter import DeadLetter
-from shardmill.transforms.common.filesystem import is_local, normalize
+from shardmill.transforms.common.filesystem import check_stores_reachable, is_local, normalize
 
 SKIP_KINDS = ("hidden", "not_regular", "other_suffix")
 TEMPORARY_SUFFIXES = (".tmp", ".part", ".partial", "~")
@@ -353,8 +353,10 @@ def expand_inputs(inputs: list[str], suffixes: tuple[str, ...]) -> list[str]:
     A directory stands for every file with one of the suffixes in its whole
     tree (lc0 `.gz` and `.tar` by default; EVENT_SUFFIXES for label sampling);
     listing stops at the first file found, the pipeline lists the rest.
-    Raises InputError naming every input that names no such file.
+    Raises InputError naming every input that names no such file, StoreUnreachable for an object store that
+    does not answer (asked before anything is listed: Beam's listing retries for minutes).
     """
+    check_stores_reachable(inputs)
     checked: list[str] = []
     for item in inputs:
         events = list(_first_file(list_input(item, suffixes)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import posixpath
 import threading
+import time
 import uuid
 from typing import BinaryIO, Callable
 
@@ -159,10 +160,16 @@ def share_s3_clients() -> None:
         boto3_client.boto3 = _SharedS3Clients(boto3_client.boto3)
 
 
-# A store the launcher can't reach fails in seconds: Beam's S3 filesystem retries every call with exponential
-# backoff for minutes (a dry run against a closed port took over two).
-PROBE_CONNECT_SECONDS = 5
-PROBE_READ_SECONDS = 15
+# A store the launcher can't reach must fail the command in seconds, before anything is listed or written:
+# Beam's S3 filesystem retries every call with exponential backoff for minutes (listing an input against a
+# closed port was still waiting after 180 s), on top of botocore's 60 s timeouts and 5 attempts per call. So
+# each bucket is asked once, with short timeouts and two attempts (a silent store: 2 x 4 s), and the wait
+# for all of them together ends at PROBE_DEADLINE_SECONDS whatever stalls: name resolution, credentials,
+# connecting, backoff. The README's object-storage section states the bound.
+PROBE_CONNECT_SECONDS = 3
+PROBE_READ_SECONDS = 4
+PROBE_ATTEMPTS = 2
+PROBE_DEADLINE_SECONDS = 12
 
 
 class StoreUnreachable(OSError):
@@ -170,9 +177,9 @@ class StoreUnreachable(OSError):
 
 
 def check_stores_reachable(paths: list[str]) -> None:
-    """Asks each S3 bucket the paths name for its head once, with short timeouts and two attempts; raises
-    StoreUnreachable naming the bucket and the endpoint when none answers. A refusal (no such bucket, no
-    access) is an answer: the run's own calls report it."""
+    """Asks each S3 bucket the paths name for its head, all at once, waiting at most PROBE_DEADLINE_SECONDS;
+    raises StoreUnreachable naming the bucket and the endpoint when one does not answer. A refusal (no such
+    bucket, no access) is an answer: the run's own calls report it."""
     buckets = sorted({p.split("://", 1)[1].split("/", 1)[0] for p in paths if p.startswith("s3://")})
     if not buckets:
         return
@@ -185,16 +192,54 @@ def check_stores_reachable(paths: list[str]) -> None:
         return  # no S3 client here: the run's first call says so
     options = (FileSystems._pipeline_options or PipelineOptions([])).view_as(S3Options)
     config = botocore.config.Config(connect_timeout=PROBE_CONNECT_SECONDS, read_timeout=PROBE_READ_SECONDS,
-                                    retries={"max_attempts": 2, "mode": "standard"})
+                                    retries={"total_max_attempts": PROBE_ATTEMPTS, "mode": "standard"})
     client = boto3.session.Session().client(
         "s3", endpoint_url=options.s3_endpoint_url, region_name=options.s3_region_name,
+        use_ssl=not options.s3_disable_ssl, verify=options.s3_verify,
         aws_access_key_id=options.s3_access_key_id, aws_secret_access_key=options.s3_secret_access_key,
         aws_session_token=options.s3_session_token, config=config)
-    for bucket in buckets:
+    unanswered = (botocore.exceptions.ConnectionError, botocore.exceptions.HTTPClientError)
+    errors: dict[str, BaseException | None] = {}  # a bucket's entry once it answered (None) or failed
+
+    def ask(bucket: str) -> None:
         try:
             client.head_bucket(Bucket=bucket)
-        except (botocore.exceptions.EndpointConnectionError, botocore.exceptions.ConnectTimeoutError,
-                botocore.exceptions.ReadTimeoutError) as err:
-            raise StoreUnreachable(f"s3://{bucket}: the store does not answer ({err})") from None
+            errors[bucket] = None
         except botocore.exceptions.ClientError:
-            pass
+            errors[bucket] = None
+        except Exception as err:  # noqa: BLE001 (raised by the calling thread below)
+            errors[bucket] = err
+
+    # Daemon threads: one the deadline gave up on must not keep the failing command from exiting.
+    askers = [threading.Thread(target=ask, args=(bucket,), name=f"shardmill-probe-{bucket}", daemon=True)
+              for bucket in buckets]
+    deadline = time.monotonic() + PROBE_DEADLINE_SECONDS
+    for asker in askers:
+        asker.start()
+    for asker in askers:
+        asker.join(max(0.0, deadline - time.monotonic()))
+    for bucket in buckets:
+        store = f"s3://{bucket} (endpoint {client.meta.endpoint_url})"
+        if bucket not in errors:
+            raise StoreUnreachable(f"{store} does not answer: no answer within {PROBE_DEADLINE_SECONDS} s")
+        err = errors[bucket]
+        if isinstance(err, unanswered):
+            raise StoreUnreachable(f"{store} does not answer: {_unanswered_reason(err)} ({PROBE_ATTEMPTS} attempts)")
+        if err is not None:
+            raise err
+
+
+def _unanswered_reason(err: BaseException) -> str:
+    """Why a request got no answer, in a few words: the socket's own error where there is one."""
+    import botocore.exceptions
+
+    if isinstance(err, botocore.exceptions.ConnectTimeoutError):
+        return f"no connection within {PROBE_CONNECT_SECONDS} s"
+    if isinstance(err, botocore.exceptions.ReadTimeoutError):
+        return f"no response within {PROBE_READ_SECONDS} s"
+    cause = err.kwargs.get("error") if hasattr(err, "kwargs") else None
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.strerror:
+            return cause.strerror.lower()
+        cause = cause.__cause__ or cause.__context__
+    return str(err)

@@ -2,7 +2,9 @@
 kind read from s3://, outputs written there through the same lifecycle — bytes identical to the job on
 local disk, one run at a time by the listing claim, and exactly the old or the new output after kill -9."""
 
+import contextlib
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -13,9 +15,11 @@ import pytest
 
 from shardmill.native_ext import OrderOptions, ReadOptions, ShardReader, load_manifest
 from shardmill.pipelines import cli
+from shardmill.transforms.common import filesystem
 from shardmill.transforms.output import lifecycle
 from shardmill.transforms.output.claim import ClaimHeldError, ClaimInfo, OutputClaim
 from tests.pipelines.test_job_contract import write_config, write_inputs
+from tests.support.s3_server import free_port, silent_server
 
 SHARDMILL = os.path.join(os.path.dirname(sys.executable), "shardmill")
 BUCKET = "storage"
@@ -158,19 +162,93 @@ def test_sigkill_at_random_moments_of_an_s3_overwrite_leaves_exactly_the_old_or_
     assert content(out) == contents[1] and leftovers(out) == []
 
 
-@pytest.mark.slow
-def test_a_dry_run_against_an_unreachable_store_fails_in_one_line_and_wrote_nothing(kinds):
-    from tests.support.s3_server import free_port
+# The README's bound on failing against a store that does not answer: the probe's 12 s deadline plus the
+# command's start (importing Beam: a few seconds on a busy machine).
+UNREACHABLE_STORE_SECONDS = 30
 
-    local, _, remote = kinds
-    config = write_config(local, "unreachable", remote["lc0"], f"s3://{BUCKET}/never")
-    env = {**os.environ, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}", "AWS_MAX_ATTEMPTS": "2"}
-    done = subprocess.run([SHARDMILL, "run", "--config", config, "--dry-run"], env=env, capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 3, done.stderr
-    last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("shardmill run: failed: ") and "127.0.0.1" in last and "Traceback" not in done.stderr
-    assert "temporary files removed" not in last  # a dry run writes none
+
+@contextlib.contextmanager
+def unreachable_store(behaviour: str):
+    """The endpoint of an S3 store on loopback that does not answer: nothing listening (refusing), connections
+    accepted and never answered (silent), or never completed (dropping)."""
+    if behaviour == "refusing":
+        yield f"http://127.0.0.1:{free_port()}"
+        return
+    with silent_server(drop_connections=behaviour == "dropping") as address:
+        yield f"http://{address}"
+
+
+def _limit_memory():
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+
+def aws_settings(endpoint: str) -> dict:
+    """The environment that points AWS clients at endpoint."""
+    return {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+def shardmill_against(endpoint: str, *args: str) -> tuple[float, subprocess.CompletedProcess]:
+    """(seconds, result) of the shardmill command with AWS clients pointed at endpoint; a hang fails at 90 s."""
+    started = time.monotonic()
+    done = subprocess.run([SHARDMILL, *args], env={**os.environ, **aws_settings(endpoint)}, capture_output=True,
+                          text=True, timeout=90,
+                          preexec_fn=_limit_memory)
+    return time.monotonic() - started, done
+
+
+def assert_failed_in_one_line_naming_the_store(command: str, endpoint: str, seconds: float, done) -> str:
+    assert done.returncode == cli.EXIT_FAILED, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    last = lines[0]
+    assert last.startswith(f"shardmill {command}: failed: StoreUnreachable: s3://{BUCKET} (endpoint {endpoint}) "
+                           "does not answer: "), last
+    assert seconds < UNREACHABLE_STORE_SECONDS, (seconds, last)
+    return last
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("behaviour", ["refusing", "silent", "dropping"])
+@pytest.mark.parametrize("side", ["input", "output"])
+def test_a_run_with_an_s3_store_that_does_not_answer_fails_within_the_bound_in_one_line(side, behaviour, lc0_dataset,
+                                                                                         tmp_path):
+    out = tmp_path / "out"
+    if side == "input":
+        config = write_config(tmp_path, "run", f'input: "s3://{BUCKET}/lc0"', str(out))
+    else:
+        config = write_config(tmp_path, "run", f'input: "{lc0_dataset[0]}"', f"s3://{BUCKET}/out")
+    with unreachable_store(behaviour) as endpoint:
+        seconds, done = shardmill_against(endpoint, "run", "--config", config)
+    assert_failed_in_one_line_naming_the_store("run", endpoint, seconds, done)
+    assert not out.exists() and os.listdir(tmp_path) == ["run.textproto"]  # nothing written
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("behaviour", ["refusing", "silent"])
+@pytest.mark.parametrize("command", ["count", "inspect", "dry run"])
+def test_count_inspect_and_a_dry_run_with_an_s3_store_that_does_not_answer_fail_as_a_run_does(command, behaviour,
+                                                                                               tmp_path):
+    args = {"count": ["count", f"s3://{BUCKET}/lc0"], "inspect": ["inspect", f"s3://{BUCKET}/out"],
+            "dry run": ["run", "--dry-run", "--config",
+                        write_config(tmp_path, "dry", f'input: "s3://{BUCKET}/lc0"', str(tmp_path / "out"))]}
+    with unreachable_store(behaviour) as endpoint:
+        seconds, done = shardmill_against(endpoint, *args[command])
+    last = assert_failed_in_one_line_naming_the_store(args[command][0], endpoint, seconds, done)
+    assert "temporary files removed" not in last  # none of them writes any
+
+
+def test_the_probe_of_stores_that_do_not_answer_ends_at_its_deadline_whatever_the_number_of_buckets(monkeypatch):
+    monkeypatch.setattr(filesystem, "PROBE_READ_SECONDS", 60)  # each attempt alone would outlast the deadline
+    monkeypatch.setattr(filesystem, "PROBE_DEADLINE_SECONDS", 2)
+    with silent_server() as address:
+        for key, value in aws_settings(f"http://{address}").items():
+            monkeypatch.setenv(key, value)
+        started = time.monotonic()
+        with pytest.raises(filesystem.StoreUnreachable,
+                           match=rf"^s3://a \(endpoint http://{address}\) does not answer: no answer within 2 s$"):
+            filesystem.check_stores_reachable([f"s3://{name}/x" for name in "cbaa"])
+        assert time.monotonic() - started < 4
 
 
 @pytest.mark.slow
