@@ -183,6 +183,7 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
             lifecycle.start_staging(paths, claim.info.to_bytes())
         except OSError as err:
             raise _cannot_write(output_dir, err) from None
+        kind.stage(plan, paths)
         p = make_pipeline(options)
         build_graph(p, config, plan, paths, local_run)
         progress = ProgressPrinter(paths.progress_dir) if paths.progress_dir else None

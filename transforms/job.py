@@ -84,6 +84,11 @@ class JobKind:
         local_run: the pipeline runs on this machine (a default that names a local place may apply)."""
         return None
 
+    def stage(self, plan, paths) -> None:
+        """On the launcher, once the run's staging exists and before the graph is built: writes there what the
+        workers read of the plan (RunPaths.metadata_dir), so large launcher-side arrays travel as files, not
+        inside the serialised graph. A dry run writes nothing and skips it."""
+
     def transform(self, config, plan, paths):
         """The job's composite PTransform; its expand(pbegin) returns JobOutputs."""
         raise NotImplementedError

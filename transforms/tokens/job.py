@@ -125,9 +125,14 @@ def _materialize(task, indices_path, prefixes, blended, seq_length, add_extra, t
     return write_spill(f"{paths.spill_dir}/samples-{shard:05d}.arrow", {shard: batch})
 
 
-def _write_indices(data: bytes, path: str) -> str:
-    write_bytes_atomically(path, data)
-    return path
+def staged_indices_path(paths: RunPaths) -> str:
+    return f"{paths.metadata_dir}/{INDICES_NAME}"
+
+
+def stage_indices(plan: TokenPlan, paths: RunPaths) -> None:
+    """The launcher's indices into the run's staging, where the workers load them (in the graph they were
+    pickled and compressed about ten times over: GBs for a large split)."""
+    write_bytes_atomically(staged_indices_path(paths), plan.indices_npz)
 
 
 class TokenJob(beam.PTransform):
@@ -140,11 +145,6 @@ class TokenJob(beam.PTransform):
 
     def expand(self, pbegin):
         plan = self._plan
-        indices_path = (
-            pbegin
-            | "Indices" >> beam.Create([plan.indices_npz])
-            | "KeepIndices" >> beam.Map(_write_indices, f"{self._paths.metadata_dir}/{INDICES_NAME}")
-        )
         total = plan.tasks[-1][2] if plan.tasks else 0
         _ = (pbegin
              | "TotalSamples" >> beam.Create([total])
@@ -154,7 +154,7 @@ class TokenJob(beam.PTransform):
             pbegin
             | "SampleRanges" >> beam.Create(list(plan.tasks))
             | "Spread" >> beam.Reshuffle()
-            | "Materialize" >> beam.FlatMap(_materialize, beam.pvalue.AsSingleton(indices_path), list(plan.prefixes),
+            | "Materialize" >> beam.FlatMap(_materialize, staged_indices_path(self._paths), list(plan.prefixes),
                                             plan.blended, plan.seq_length, plan.add_extra_token,
                                             list(plan.tokens_per_epoch), plan.dtype, plan.pad_token, self._paths,
                                             ProgressLog(self._paths.progress_dir))

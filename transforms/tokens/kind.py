@@ -72,6 +72,11 @@ class TokensKind(JobKind):
 
         return TokenJob(plan, paths)
 
+    def stage(self, plan, paths):
+        from shardmill.transforms.tokens.job import stage_indices
+
+        stage_indices(plan, paths)
+
     def shard_format(self, config, plan):
         from shardmill.transforms.tokens.shards import TokenShardFormat
 

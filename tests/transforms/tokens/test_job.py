@@ -143,3 +143,28 @@ def test_every_token_output_the_job_commits_is_served_by_the_reader_and_inspect(
     assert set(np.unique(tokens)) - {pad} <= set(range(100))
     assert cli.main(["inspect", out]) == 0, capsys.readouterr().err
     assert f"({tokens.dtype}," in capsys.readouterr().out
+
+
+def test_the_serialised_graph_does_not_grow_with_the_launchers_indices(corpus):
+    """The indices travel as a staged file: a run of 200x the samples serialises to a graph of the same size
+    (inside the graph Beam pickled and compressed the npz again and again: GBs for a large split)."""
+    import apache_beam as beam
+
+    from shardmill.pipelines.jobs import job_kind
+    from shardmill.pipelines.run_job import build_graph
+    from shardmill.transforms.output.lifecycle import RunPaths
+
+    prefix, _ = corpus
+
+    def graph_bytes(num_samples):
+        config = validate(parse_config(f'seed: 4\noutput {{ num_shards: 3 }}\ntoken_dataset {{ path_prefix: '
+                                       f'"{prefix}" seq_length: 24 num_samples: {num_samples} }}'))
+        plan = job_kind(config).plan(config, [], True)
+        p = beam.Pipeline()
+        build_graph(p, config, plan, RunPaths("/nonexistent/out", "graph", 1), True)
+        return len(plan.indices_npz), len(p.to_runner_api().SerializeToString())
+
+    small_npz, small = graph_bytes(500)
+    large_npz, large = graph_bytes(100_000)
+    assert large_npz - small_npz > 500_000
+    assert abs(large - small) < 20_000, (small, large)
