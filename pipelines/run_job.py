@@ -121,11 +121,15 @@ def config_strings(message) -> list[str]:
     cache name, for the reachability probe, which takes the object-store paths among them."""
     strings = []
     for field, value in message.ListFields():
-        for item in value if field.is_repeated else [value]:
-            if field.type == field.TYPE_MESSAGE:
-                strings += config_strings(item)
-            elif field.type == field.TYPE_STRING:
+        if field.type == field.TYPE_MESSAGE and field.message_type.GetOptions().map_entry:
+            items = [i for key in value for i in (key, value[key])]  # a map: its keys and values
+        else:
+            items = value if field.is_repeated else [value]
+        for item in items:
+            if isinstance(item, str):
                 strings.append(item)
+            elif hasattr(item, "ListFields"):
+                strings += config_strings(item)
     return strings
 
 

@@ -278,3 +278,14 @@ def test_a_summary_that_cannot_be_rendered_fails_the_run_before_the_commit(lc0_d
     assert cli.main(["run", "--config", str(config), "--output", str(out)]) == 3
     assert "KeyError" in capsys.readouterr().err
     assert not os.path.exists(out / ".manifest.json") and [p for p in os.listdir(out) if not p.startswith(".")] == []
+
+
+def test_config_strings_reach_into_sections_repeated_fields_and_maps():
+    """The reachability probe's list: every string the config sets, a map's keys and values too (a map field
+    crashed the walk, failing every label run that declared column_types)."""
+    from shardmill.pipelines.config import parse_config
+    from shardmill.pipelines.run_job import config_strings
+
+    config = parse_config('input: "s3://logs/a" input: "b" output { path: "s3://out/x" } label_sampling { '
+                          'label_column: "clicked" column_types { key: "id" value: "int64" } }')
+    assert set(config_strings(config)) >= {"s3://logs/a", "b", "s3://out/x", "clicked", "id", "int64"}
