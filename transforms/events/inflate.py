@@ -1,15 +1,18 @@
 """A compressed text log as a stream of inflated bytes, a bounded chunk at a time.
 
 gzip is inflated here (zlib, member after member) so that what is wrong with
-a file can be said: a stream that is not gzip at all (a zstd or bzip2 stream
-named .gz), data after the last member that is not gzip (kept: the members
-before it are whole and checked), a truncated or corrupt member (the file is
-lost). zstd and bz2 go through Arrow's decompressing streams. Either way no
-call inflates more than CHUNK_BYTES, so a bomb costs time, not memory.
+a file can be said: a stream that is not gzip at all, data after the last
+member that is not gzip (kept: the members before it are whole and checked),
+a truncated or corrupt member (the file is lost). zstd and bz2 go through
+Arrow's decompressing streams. Whatever the codec, a stream of another kind
+(gzip, zstd, bzip2, xz, zip) is named for what it is and the suffix it needs.
+Either way no call inflates more than CHUNK_BYTES, so a bomb costs time, not
+memory.
 """
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Iterator
 
@@ -19,9 +22,14 @@ CHUNK_BYTES = 8 << 20  # inflated bytes per step
 _READ_BYTES = 1 << 20  # compressed bytes read per step
 
 _GZIP_MAGIC = b"\x1f\x8b"
-# What a stream that is not gzip starts with, to name it.
-_OTHER_MAGICS = ((b"\x28\xb5\x2f\xfd", "a zstd stream", ".zst"), (b"BZh", "a bzip2 stream", ".bz2"),
-                 (b"\xfd7zXZ\x00", "an xz stream", ".xz"), (b"PK\x03\x04", "a zip archive", ".zip"))
+# What each kind of stream starts with, to name a stream for what it is whatever its file is named:
+# (magic, its codec here (None: one the job can't read), what it is, its suffix).
+_MAGICS = ((_GZIP_MAGIC, "gzip", "a gzip stream", ".gz"), (b"\x28\xb5\x2f\xfd", "zstd", "a zstd stream", ".zst"),
+           (b"BZh", "bz2", "a bzip2 stream", ".bz2"), (b"\xfd7zXZ\x00", None, "an xz stream", ".xz"),
+           (b"PK\x03\x04", None, "a zip archive", ".zip"))
+_HEAD_BYTES = max(len(magic) for magic, *_ in _MAGICS)
+# zstd's skippable frames (magic 0x184D2A50 to 0x184D2A5F, little-endian) may open a zstd stream too.
+_ZSTD_SKIPPABLE = re.compile(rb"[\x50-\x5f]\x2a\x4d\x18")
 
 
 class InflateError(ValueError):
@@ -32,12 +40,29 @@ class InflateError(ValueError):
         self.consumed = consumed
 
 
-def _what_it_is(head: bytes, suffix: str) -> str:
-    for magic, name, proper in _OTHER_MAGICS:
-        if head.startswith(magic):
+def _another_codec(head: bytes, codec: str, suffix: str) -> str | None:
+    """What a stream read as `codec` is instead, named with its proper suffix; None when it is not another
+    known stream."""
+    for magic, other, name, proper in _MAGICS:
+        if other != codec and head.startswith(magic):
             return f"{name} named {suffix} (rename it {proper})"
+    return None
+
+
+def _own_magic(head: bytes, codec: str) -> bool:
+    magic = next(magic for magic, other, *_ in _MAGICS if other == codec)
+    return head.startswith(magic) or (codec == "zstd" and _ZSTD_SKIPPABLE.match(head) is not None)
+
+
+def _what_it_is(head: bytes, codec: str, suffix: str) -> str:
+    """Why a stream that does not open as `codec` does not: another stream misnamed, or its first bytes."""
+    other = _another_codec(head, codec, suffix)
+    if other:
+        return other
+    magic = next(magic for magic, known, *_ in _MAGICS if known == codec)
     shown = " ".join(f"{b:02x}" for b in head[:4])
-    return f"not gzip: starts with bytes {shown}, not 1f 8b" if head else "empty: no gzip member"
+    expected = " ".join(f"{b:02x}" for b in magic)
+    return f"not {codec}: starts with bytes {shown}, not {expected}" if head else f"empty: no {codec} member"
 
 
 class InflatedStream:
@@ -77,12 +102,12 @@ class InflatedStream:
                     return
                 if not pending.startswith(_GZIP_MAGIC):
                     if not members:
-                        raise InflateError(_what_it_is(pending, self._suffix), 0)
+                        raise InflateError(_what_it_is(pending, "gzip", self._suffix), 0)
                     rest = len(pending)
                     while block := self._read():
                         rest += len(block)
                     self.trailing = (f"{rest:,} bytes of trailing data that are not gzip after the last member "
-                                     f"(from byte {self.consumed:,}; {_what_it_is(pending, self._suffix)})")
+                                     f"(from byte {self.consumed:,}; {_what_it_is(pending, 'gzip', self._suffix)})")
                     return
                 inflater = zlib.decompressobj(31)  # one gzip member; its CRC-32 and length are checked
                 members += 1
@@ -106,13 +131,21 @@ class InflatedStream:
                 pending = block
 
     def _arrow_chunks(self) -> Iterator[bytes]:
-        counted = _CountingReader(self._f)
+        head = b""
+        while len(head) < _HEAD_BYTES and (block := self._f.read(_HEAD_BYTES - len(head))):
+            head += block
+        other = _another_codec(head, self._codec, self._suffix)
+        if other:  # Arrow would only say the frame makes no sense
+            raise InflateError(other, 0)
+        counted = _CountingReader(self._f, head)
         try:
             with pa.CompressedInputStream(counted, self._codec) as stream:
                 while block := stream.read(CHUNK_BYTES):
                     self.consumed = counted.count
                     yield block
         except (pa.ArrowException, OSError) as err:
+            if not self.consumed and not _own_magic(head, self._codec):  # not this codec from its first byte
+                raise InflateError(_what_it_is(head, self._codec, self._suffix), 0) from None
             raise InflateError(f"{self._codec}: {err} (at or after compressed byte {counted.count:,})",
                                counted.count) from None
         self.consumed = counted.count
@@ -121,13 +154,17 @@ class InflatedStream:
 class _CountingReader:
     """A binary file that counts the bytes read from it (Arrow's stream reads ahead, so this is an upper bound)."""
 
-    def __init__(self, f):
+    def __init__(self, f, head: bytes = b""):
         self._f = f
+        self._head = head  # bytes already read from f, given first
         self.count = 0
         self.closed = False
 
     def read(self, n: int = -1) -> bytes:
-        data = self._f.read(n)
+        if n >= 0 and n <= len(self._head):
+            data, self._head = self._head[:n], self._head[n:]
+        else:
+            data, self._head = self._head + self._f.read(n - len(self._head) if n >= 0 else -1), b""
         self.count += len(data)
         return data
 

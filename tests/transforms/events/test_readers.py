@@ -439,6 +439,32 @@ def test_a_zstd_stream_named_gz_is_named_for_what_it_is(tmp_path):
         ("unreadable", "a zstd stream named .gz (rename it .zst)", -1)]
 
 
+CODEC_STREAMS = {"gzip": ("a gzip stream", ".gz"), "zstd": ("a zstd stream", ".zst"),
+                 "bz2": ("a bzip2 stream", ".bz2"), "xz": ("an xz stream", ".xz")}
+
+
+@pytest.mark.parametrize("codec, named", [(codec, named) for codec in CODEC_STREAMS for named in (".gz", ".zst", ".bz2")
+                                          if CODEC_STREAMS[codec][1] != named])
+def test_a_stream_named_as_another_codec_is_named_for_what_it_is(tmp_path, codec, named):
+    import lzma
+
+    what, proper = CODEC_STREAMS[codec]
+    data = b"id,clicked\n1,1\n"
+    packed = tmp_path / f"mislabelled.csv{named}"
+    packed.write_bytes(lzma.compress(data) if codec == "xz" else compress(data, codec))
+    part = read(packed)
+    assert [(d.reason, d.detail, d.records) for d in part.dead_letters] == [
+        ("unreadable", f"{what} named {named} (rename it {proper})", -1)]
+
+
+@pytest.mark.parametrize("named, codec, magic", [(".zst", "zstd", "28 b5 2f fd"), (".bz2", "bz2", "42 5a 68")])
+def test_a_plain_file_named_zst_or_bz2_says_it_is_not_that_codec(tmp_path, named, codec, magic):
+    packed = tmp_path / f"plain.csv{named}"
+    packed.write_bytes(b"id,clicked\n1,1\n")
+    assert [(d.reason, d.detail) for d in read(packed).dead_letters] == [
+        ("unreadable", f"not {codec}: starts with bytes 69 64 2c 63, not {magic}")]
+
+
 def test_a_truncated_compressed_log_is_one_dead_letter(tmp_path):
     import zlib
 
