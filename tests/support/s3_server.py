@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import http
 import http.client
 import http.server
 import socket
@@ -98,6 +99,42 @@ def silent_server(drop_connections: bool = False):
         if filler is not None:
             filler.close()
         listener.close()
+
+
+@contextlib.contextmanager
+def status_server(status: int):
+    """An HTTP server on loopback answering every request with `status` and an S3 error body: a store that is
+    up but will not serve (503 while it restarts, 403 for the credentials given)."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def _answer(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            if length:
+                self.rfile.read(length)
+            body = (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{http.HTTPStatus(status).phrase.replace(" ", "")}'
+                    f"</Code><Message>stub</Message></Error>").encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _answer
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 class CountingProxy:

@@ -173,13 +173,14 @@ PROBE_DEADLINE_SECONDS = 12
 
 
 class StoreUnreachable(OSError):
-    """An object store named by an input or the output does not answer."""
+    """An object store named by an input or the output does not answer, or answers that it will not serve."""
 
 
 def check_stores_reachable(paths: list[str]) -> None:
     """Asks each S3 bucket the paths name for its head, all at once, waiting at most PROBE_DEADLINE_SECONDS;
-    raises StoreUnreachable naming the bucket and the endpoint when one does not answer. A refusal (no such
-    bucket, no access) is an answer: the run's own calls report it."""
+    raises StoreUnreachable naming the bucket and the endpoint when one does not answer, or answers with what
+    no later call would get past: a server error (5xx: Beam's S3 filesystem would retry every call on it for
+    minutes), access denied or no such bucket. Any other answer lets the run's own calls report it."""
     buckets = sorted({p.split("://", 1)[1].split("/", 1)[0] for p in paths if p.startswith("s3://")})
     if not buckets:
         return
@@ -205,8 +206,8 @@ def check_stores_reachable(paths: list[str]) -> None:
         try:
             client.head_bucket(Bucket=bucket)
             errors[bucket] = None
-        except botocore.exceptions.ClientError:
-            errors[bucket] = None
+        except botocore.exceptions.ClientError as err:
+            errors[bucket] = err if _refusal(err) else None
         except Exception as err:  # noqa: BLE001 (raised by the calling thread below)
             errors[bucket] = err
 
@@ -225,8 +226,23 @@ def check_stores_reachable(paths: list[str]) -> None:
         err = errors[bucket]
         if isinstance(err, unanswered):
             raise StoreUnreachable(f"{store} does not answer: {_unanswered_reason(err)} ({PROBE_ATTEMPTS} attempts)")
+        if isinstance(err, botocore.exceptions.ClientError):
+            raise StoreUnreachable(f"{store} {_refusal(err)}")
         if err is not None:
             raise err
+
+
+def _refusal(err) -> str | None:
+    """What a bucket's answer to its head says no later call would get past, in a few words; None for others."""
+    status = int(err.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+    if status >= 500:
+        return (f"answers HTTP {status} (a server error) after {PROBE_ATTEMPTS} attempts: the store is not serving "
+                "requests")
+    if status == 403:
+        return "refuses access (HTTP 403): check the credentials the run uses (AWS_* or --s3_access_key_id)"
+    if status == 404:
+        return "has no such bucket (HTTP 404)"
+    return None
 
 
 def _unanswered_reason(err: BaseException) -> str:

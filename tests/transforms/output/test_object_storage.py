@@ -19,7 +19,7 @@ from shardmill.transforms.common import filesystem
 from shardmill.transforms.output import lifecycle
 from shardmill.transforms.output.claim import ClaimHeldError, ClaimInfo, OutputClaim
 from tests.pipelines.test_job_contract import write_config, write_inputs
-from tests.support.s3_server import free_port, silent_server
+from tests.support.s3_server import free_port, silent_server, status_server
 
 SHARDMILL = os.path.join(os.path.dirname(sys.executable), "shardmill")
 BUCKET = "storage"
@@ -174,8 +174,18 @@ def unreachable_store(behaviour: str):
     if behaviour == "refusing":
         yield f"http://127.0.0.1:{free_port()}"
         return
+    if behaviour in STATUS_OF:
+        with status_server(STATUS_OF[behaviour]) as address:
+            yield f"http://{address}"
+        return
     with silent_server(drop_connections=behaviour == "dropping") as address:
         yield f"http://{address}"
+
+
+# Stores that answer, with what no later call would get past: a server error (Beam retried every call on it
+# for minutes), access denied.
+STATUS_OF = {"erroring": 503, "forbidding": 403}
+WHAT_IT_SAYS = {"erroring": "answers HTTP 503 (a server error)", "forbidding": "refuses access (HTTP 403)"}
 
 
 def _limit_memory():
@@ -197,22 +207,24 @@ def shardmill_against(endpoint: str, *args: str) -> tuple[float, subprocess.Comp
     return time.monotonic() - started, done
 
 
-def assert_failed_in_one_line_naming_the_store(command: str, endpoint: str, seconds: float, done) -> str:
+def assert_failed_in_one_line_naming_the_store(command: str, endpoint: str, seconds: float, done,
+                                               behaviour: str = "silent") -> str:
     assert done.returncode == cli.EXIT_FAILED, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     last = lines[0]
+    says = WHAT_IT_SAYS.get(behaviour, "does not answer: ")
     assert last.startswith(f"shardmill {command}: failed: StoreUnreachable: s3://{BUCKET} (endpoint {endpoint}) "
-                           "does not answer: "), last
+                           f"{says}"), last
     assert seconds < UNREACHABLE_STORE_SECONDS, (seconds, last)
     return last
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("behaviour", ["refusing", "silent", "dropping"])
+@pytest.mark.parametrize("behaviour", ["refusing", "silent", "dropping", "erroring", "forbidding"])
 @pytest.mark.parametrize("side", ["input", "output"])
-def test_a_run_with_an_s3_store_that_does_not_answer_fails_within_the_bound_in_one_line(side, behaviour, lc0_dataset,
-                                                                                         tmp_path):
+def test_a_run_with_an_s3_store_that_does_not_answer_or_will_not_serve_fails_within_the_bound_in_one_line(
+        side, behaviour, lc0_dataset, tmp_path):
     out = tmp_path / "out"
     if side == "input":
         config = write_config(tmp_path, "run", f'input: "s3://{BUCKET}/lc0"', str(out))
@@ -220,7 +232,7 @@ def test_a_run_with_an_s3_store_that_does_not_answer_fails_within_the_bound_in_o
         config = write_config(tmp_path, "run", f'input: "{lc0_dataset[0]}"', f"s3://{BUCKET}/out")
     with unreachable_store(behaviour) as endpoint:
         seconds, done = shardmill_against(endpoint, "run", "--config", config)
-    assert_failed_in_one_line_naming_the_store("run", endpoint, seconds, done)
+    assert_failed_in_one_line_naming_the_store("run", endpoint, seconds, done, behaviour)
     assert not out.exists() and os.listdir(tmp_path) == ["run.textproto"]  # nothing written
 
 
