@@ -87,7 +87,7 @@ def run_mode(data_dir: str, out_dir: str, mode: str, ratio: float) -> tuple[floa
         f'input: "{data_dir}"\nseed: 1\noutput {{ num_shards: 8 overwrite: true }}\nmax_error_fraction: 1\n'
         f'label_sampling {{ label_column: "clicked" ratio: {ratio} mode: {mode} }}'))
     start = time.perf_counter()
-    manifest = run_job(config, expand_inputs([data_dir], EVENT_SUFFIXES), out_dir, PipelineOptions([]))
+    manifest = run_job(config, expand_inputs([data_dir], EVENT_SUFFIXES), out_dir, PipelineOptions([])).manifest
     return time.perf_counter() - start, manifest["stats"]["label_sampling"]
 
 
@@ -111,7 +111,7 @@ config = validate(parse_config(
     f'input: "{data_dir}"\\nseed: 1\\noutput {{ num_shards: 8 overwrite: true }}\\nmax_error_fraction: 1\\n'
     f'label_sampling {{ label_column: "clicked" ratio: {ratio} mode: {mode} }}'))
 start = time.perf_counter()
-manifest = run_job(config, expand_inputs([data_dir], EVENT_SUFFIXES), out_dir, PipelineOptions([]))
+manifest = run_job(config, expand_inputs([data_dir], EVENT_SUFFIXES), out_dir, PipelineOptions([])).manifest
 print(json.dumps({"seconds": time.perf_counter() - start, "stats": manifest["stats"]["label_sampling"]}))
 """
 

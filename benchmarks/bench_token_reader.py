@@ -114,7 +114,7 @@ def main() -> None:
     config = parse_config(f'seed: 1 output {{ num_shards: 4 }} token_dataset {{ path_prefix: "{prefix}" '
                           f'seq_length: {args.seq_length} }}')
     validate(config)
-    manifest = run_job(config, [], out, PipelineOptions([]))
+    manifest = run_job(config, [], out, PipelineOptions([])).manifest
     with open(os.path.join(out, os.path.dirname(manifest["errors"]["path"]), INDICES_NAME), "rb") as f:
         indices = dict(np.load(io.BytesIO(f.read())))
     ways = {

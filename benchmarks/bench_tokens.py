@@ -108,7 +108,7 @@ def run_once(work: str, name: str, token_config: str, per_sample: bool) -> dict:
         token_job.is_local = lambda path: False
     try:
         start = time.perf_counter()
-        manifest = run_job(config, [], os.path.join(work, f"out-{name}-{per_sample}"), PipelineOptions([]))
+        manifest = run_job(config, [], os.path.join(work, f"out-{name}-{per_sample}"), PipelineOptions([])).manifest
         seconds = time.perf_counter() - start
     finally:
         token_job.is_local = original

@@ -162,39 +162,37 @@ def _run(args, beam_args) -> int:
     config_lib.validate(config)
     if not config.output.path:
         raise config_lib.ConfigError("output.path: an output directory is required (config or --output)")
+    kind = job_kind(config)
     from shardmill.pipelines import run_job as run_lib  # Beam graph code, imported on use
 
     # The ~140,000 objects of the imported modules live as long as the process: out of the cyclic collector's
     # sight, its passes during the run no longer walk them (collecting was 3.6% of a sampled lc0 run's CPU).
     gc.freeze()
     if args.dry_run:
-        print(run_lib.dry_run(config, _pipeline_options(beam_args)))
+        print(run_lib.dry_run(config, _pipeline_options(beam_args), kind=kind))
         return 0
     beam_args = _local_worker_logs(beam_args, args.verbose)
     options = _pipeline_options(beam_args)
-    kind = job_kind(config)
     inputs = kind.inputs(config)
     started = time.monotonic()
     print(f"shardmill run: {kind.name} job, {len(inputs)} input pattern(s) -> {config.output.path}", flush=True)
-    counters: dict[str, int] = {}
-    report: dict[str, str] = {}
     try:
         with _worker_noise_filtered(_spawns_workers(beam_args, args.verbose)):
-            manifest = run_lib.run_job(config, inputs, config.output.path, options,
-                                       break_claim=args.break_claim, counters=counters, report=report)
+            result = run_lib.run_job(config, inputs, config.output.path, options, break_claim=args.break_claim,
+                                     kind=kind)
     except run_lib.ErrorBudgetExceeded as err:
         print(kind.render_summary(err.manifest))
         print(f"shardmill run: error: {err}", file=sys.stderr)
         return EXIT_ERROR_BUDGET
-    except run_lib.lifecycle.CommittedWithError as err:
-        print(report.get("summary", ""))
+    except run_lib.CommittedWithError as err:
+        print(err.summary)
         print(f"shardmill run: error: {err}", file=sys.stderr)
         return EXIT_COMMITTED_WITH_ERROR
     # The commit is done: only printing is left, from the summary rendered before it.
-    print(report["summary"])
-    if counters:
-        print("counters  " + ", ".join(f"{name} {value:,}" for name, value in counters.items()))
-    print(f"shardmill run: committed generation {manifest['generation']} to {config.output.path} "
+    print(result.summary)
+    if result.counters:
+        print("counters  " + ", ".join(f"{name} {value:,}" for name, value in result.counters.items()))
+    print(f"shardmill run: committed generation {result.manifest['generation']} to {config.output.path} "
           f"in {time.monotonic() - started:.1f} s")
     return 0
 

@@ -15,6 +15,7 @@ The previous output stays complete and readable until the commit point.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import shutil
 import signal
@@ -32,6 +33,7 @@ from shardmill.pipelines.runner import counter_values, is_local_run, local_runne
 from shardmill.transforms.common.filesystem import check_stores_reachable, is_local, use_pipeline_options
 from shardmill.transforms.common.ordered_pool import elements_at_once
 from shardmill.transforms.common.progress import ProgressPrinter
+from shardmill.transforms.job import JobKind
 from shardmill.transforms.output import lifecycle
 from shardmill.transforms.output.claim import OutputClaim
 from shardmill.transforms.output.lifecycle import OutputExistsError, RunPaths  # noqa: F401  (re-exported)
@@ -50,6 +52,24 @@ class ErrorBudgetExceeded(RuntimeError):
                          f"report in {report_dir}")
         self.manifest = manifest
         self.report_dir = report_dir
+
+
+class CommittedWithError(lifecycle.CommittedWithError):
+    """The new generation stands and a step after the commit point failed; with the run's summary (rendered before
+    the commit point) for the command to show."""
+
+    def __init__(self, output_dir: str, generation: int, cause: BaseException, summary: str):
+        super().__init__(output_dir, generation, cause)
+        self.summary = summary
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    """What a committed run hands back."""
+
+    manifest: dict  # the committed manifest
+    summary: str  # the run's summary, rendered from the prepared manifest before the commit point
+    counters: dict[str, int]  # shardmill's Beam counters of the finished pipeline ({} where the runner has none)
 
 
 class RunFailed(RuntimeError):
@@ -101,10 +121,12 @@ def signals_deferred(reraise: bool = True):
             _LOG.warning("%s arrived while committing; the commit completed", signal.Signals(received[0]).name)
 
 
-def build_graph(p: beam.Pipeline, config: JobConfig, plan, paths: RunPaths, local_run: bool) -> None:
-    """Adds the job of the config's kind (planned by its JobKind.plan), and the shared ending, to a pipeline."""
+def build_graph(p: beam.Pipeline, config: JobConfig, plan, paths: RunPaths, local_run: bool, *,
+                kind: JobKind | None = None) -> None:
+    """Adds the job of the config's kind (planned by its JobKind.plan), and the shared ending, to a pipeline.
+    kind: the config's JobKind, where the caller has it already."""
     started_at = time.time()
-    kind = job_kind(config)
+    kind = job_kind(config) if kind is None else kind
     _ = (
         p
         | "Job" >> kind.transform(config, plan, paths)
@@ -146,15 +168,9 @@ def _cannot_write(output_dir: str, err: OSError) -> lifecycle.OutputPathError:
 
 
 def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: PipelineOptions, *,
-            break_claim: bool = False, run_id: str | None = None, counters: dict | None = None,
-            report: dict | None = None) -> dict:
-    """Runs the job into output_dir and returns the manifest it committed.
-
-    A local run logs a progress line per stage while it runs; `counters`, if
-    given, receives shardmill's Beam counters of the finished pipeline;
-    `report`, if given, the run's summary text ("summary"), rendered from the
-    prepared manifest before the commit point, so that nothing after the
-    commit depends on it.
+            break_claim: bool = False, run_id: str | None = None, kind: JobKind | None = None) -> RunResult:
+    """Runs the job into output_dir and returns what it committed (RunResult). A local run logs a progress line per
+    stage while it runs. kind: the config's JobKind, where the caller has it already.
 
     Raises OutputPathError / OutputExistsError / ClaimHeldError before any
     work, ErrorBudgetExceeded after the run (nothing committed),
@@ -165,7 +181,7 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
     use_pipeline_options(options)
     check_stores_reachable([*config_strings(config), output_dir])
     lifecycle.check_output_path(output_dir, list(config.input))
-    kind = job_kind(config)
+    kind = job_kind(config) if kind is None else kind
     local_run = is_local_run(options)
     plan = kind.plan(config, inputs, local_run)
     claim = OutputClaim(output_dir, run_id or new_run_id())
@@ -189,32 +205,32 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
             raise _cannot_write(output_dir, err) from None
         kind.stage(plan, paths)
         p = make_pipeline(options)
-        build_graph(p, config, plan, paths, local_run)
+        build_graph(p, config, plan, paths, local_run, kind=kind)
         progress = ProgressPrinter(paths.progress_dir) if paths.progress_dir else None
         try:
             if progress:
                 progress.start()
-            result = p.run()
-            result.wait_until_finish()
+            pipeline_result = p.run()
+            pipeline_result.wait_until_finish()
         except Exception as err:
             raise RunFailed(err) from err
         finally:
             if progress:
                 progress.stop()
-        if counters is not None:
-            counters.update(counter_values(result))
+        counters = counter_values(pipeline_result)
         manifest = lifecycle.read_prepared_manifest(paths)
         if manifest["stats"]["accounting"]["error_fraction"] > config.max_error_fraction:
             with signals_deferred():
-                report = lifecycle.reject(paths)
-            raise ErrorBudgetExceeded(manifest, report, config.max_error_fraction)
+                report_dir = lifecycle.reject(paths)
+            raise ErrorBudgetExceeded(manifest, report_dir, config.max_error_fraction)
         kind.check_outcome(config, manifest)  # a refusal commits nothing
         summary = kind.render_summary(manifest)  # a failure here commits nothing
-        if report is not None:
-            report["summary"] = summary
         with signals_deferred(reraise=False):
             claim.check_held()
-            manifest = lifecycle.commit(paths, committed, config.output.keep_generations)
+            try:
+                manifest = lifecycle.commit(paths, committed, config.output.keep_generations)
+            except lifecycle.CommittedWithError as err:
+                raise CommittedWithError(paths.base, err.generation, err.__cause__, summary) from err.__cause__
     except BaseException:
         if paths is not None:
             with signals_deferred():
@@ -224,11 +240,11 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
     try:
         claim.release()
     except Exception as err:
-        raise lifecycle.CommittedWithError(output_dir, paths.generation, err) from err
-    return manifest
+        raise CommittedWithError(output_dir, paths.generation, err, summary) from err
+    return RunResult(manifest, summary, counters)
 
 
-def dry_run(config: JobConfig, options: PipelineOptions, graph_depth: int = 2) -> str:
+def dry_run(config: JobConfig, options: PipelineOptions, graph_depth: int = 2, *, kind: JobKind | None = None) -> str:
     """Everything a run checks before work, then the graph built and serialized as a runner receives it.
 
     Checks the output path, refuses an existing output without --overwrite,
@@ -236,8 +252,9 @@ def dry_run(config: JobConfig, options: PipelineOptions, graph_depth: int = 2) -
     taken as they are: listing them needs the runner's credentials) and makes
     the job's plan (JobKind.plan). Writes nothing and runs nothing.
     graph_depth: after the summary line, the graph's transforms to this depth, one a line (0: none).
+    kind: the config's JobKind, where the caller has it already.
     """
-    kind = job_kind(config)
+    kind = job_kind(config) if kind is None else kind
     check_stores_reachable(config_strings(config))
     inputs = kind.inputs(config, check_remote=False)
     output_dir = config.output.path
@@ -247,7 +264,7 @@ def dry_run(config: JobConfig, options: PipelineOptions, graph_depth: int = 2) -
     plan = kind.plan(config, inputs, local_run)
     p = beam.Pipeline(runner=local_runner(options), options=options)  # never run: no runner is contacted
     try:
-        build_graph(p, config, plan, RunPaths(output_dir, "dry-run", 1), local_run)
+        build_graph(p, config, plan, RunPaths(output_dir, "dry-run", 1), local_run, kind=kind)
         graph = p.to_runner_api()  # pickles every DoFn, as a submission would
     finally:  # Beam removes a pipeline's temporary directory only when it runs
         shutil.rmtree(p.local_tempdir, ignore_errors=True)

@@ -270,7 +270,7 @@ def test_reads_a_shardmill_run_output(lc0_dataset, tmp_path):
         f'input: "{directory}"\nlc0 {{ index {{ lc0_version: 6 }} chunk_pool {{ position_count: 3 }} }}\nmax_error_fraction: 0.5\n'
         'output { num_shards: 3 row_group_bytes: 200000 }'))
     out = str(tmp_path / "out")
-    manifest = run_job(config, expand_inputs([directory], LC0_INPUT_SUFFIXES), out, PipelineOptions([]))
+    manifest = run_job(config, expand_inputs([directory], LC0_INPUT_SUFFIXES), out, PipelineOptions([])).manifest
     expected = pa.concat_tables([pq.read_table(os.path.join(out, s["path"])) for s in manifest["shards"]])
     with ShardReader(out, batch_size=32, columns=["frame", "chunk", "position"], order_options=OrderOptions(seed=8)) as reader:
         batches = list(reader)

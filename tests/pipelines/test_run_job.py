@@ -26,7 +26,7 @@ def job_config(directory, extra=""):
 
 def run(config, out_dir, beam_args=(), patterns=None):
     patterns = patterns or expand_inputs(list(config.input), LC0_INPUT_SUFFIXES)
-    return run_job(config, patterns, str(out_dir), PipelineOptions(list(beam_args)))
+    return run_job(config, patterns, str(out_dir), PipelineOptions(list(beam_args))).manifest
 
 
 def file_digests(out_dir):
@@ -266,6 +266,31 @@ def test_a_failure_after_the_commit_point_says_the_generation_was_committed(lc0_
     assert f"generation 1 was committed to {out}; after the commit point: OSError" in captured.err
     assert "records out" in captured.out  # the summary, rendered before the commit
     assert (out / MANIFEST_NAME).exists() and load_manifest(str(out))["generation"] == 1
+
+
+@pytest.mark.slow
+def test_a_commit_that_fails_removing_the_previous_files_shows_the_summary_and_exits_4(lc0_dataset, tmp_path,
+                                                                                        capsys, monkeypatch):
+    from shardmill.transforms.output import lifecycle
+
+    config, out = one_position_job(lc0_dataset, tmp_path)
+    assert cli.main(["-q", "run", "--config", str(config), "--output", str(out)]) == 0
+    capsys.readouterr()
+    deleted = lifecycle._delete
+    calls = []
+
+    def first_delete_fails(base, names):
+        calls.append(names)
+        if len(calls) == 1:
+            raise OSError(5, "Input/output error")
+        return deleted(base, names)
+
+    monkeypatch.setattr(lifecycle, "_delete", first_delete_fails)
+    assert cli.main(["run", "--config", str(config), "--output", str(out), "--overwrite"]) == 4
+    captured = capsys.readouterr()
+    assert f"generation 2 was committed to {out}; after the commit point: OSError" in captured.err
+    assert "records out" in captured.out  # the summary, rendered before the commit
+    assert load_manifest(str(out))["generation"] == 2
 
 
 @pytest.mark.slow

@@ -47,7 +47,8 @@ def run(directory, out, mode, ratio=4, beam_args=()):
     config = validate(parse_config(
         f'input: "{directory}"\nseed: 3\noutput {{ num_shards: 3 }}\n'
         f'label_sampling {{ label_column: "clicked" target_values: "1" ratio: {ratio} mode: {mode} }}'))
-    return run_job(config, expand_inputs([directory], EVENT_SUFFIXES), str(out), PipelineOptions(list(beam_args)))
+    return run_job(config, expand_inputs([directory], EVENT_SUFFIXES), str(out),
+                   PipelineOptions(list(beam_args))).manifest
 
 
 def read_rows(out, manifest):
@@ -103,7 +104,7 @@ def test_large_files_become_several_partitions_and_exact_stays_exact(event_logs,
     config = validate(parse_config(
         f'input: "{directory}"\nseed: 3\noutput {{ num_shards: 2 }}\n'
         'label_sampling { label_column: "clicked" ratio: 3 mode: EXACT max_partition_bytes: 4000 }'))
-    manifest = run_job(config, expand_inputs([directory], EVENT_SUFFIXES), str(tmp_path), PipelineOptions([]))
+    manifest = run_job(config, expand_inputs([directory], EVENT_SUFFIXES), str(tmp_path), PipelineOptions([])).manifest
     stats = manifest["stats"]["label_sampling"]
     names = [p["partition"] for p in stats["partitions"]]
     assert any(n.startswith("day1.csv#") for n in names) and any(n.startswith("day2.jsonl#") for n in names)
@@ -133,7 +134,7 @@ def run_config(inputs, out, label_sampling, num_shards=2):
         "".join(f'input: "{item}"\n' for item in inputs) +
         f'seed: 3\nmax_error_fraction: 0.9\noutput {{ num_shards: {num_shards} }}\n'
         f'label_sampling {{ {label_sampling} }}'))
-    return run_job(config, expand_inputs(inputs, EVENT_SUFFIXES), str(out), PipelineOptions([]))
+    return run_job(config, expand_inputs(inputs, EVENT_SUFFIXES), str(out), PipelineOptions([])).manifest
 
 
 def test_exact_keeps_the_k_smallest_priorities_of_the_whole_run(event_logs, tmp_path):
@@ -430,7 +431,7 @@ def test_empty_and_null_hive_folders_unify_with_their_keys_other_values_in_whole
             f'input: "{logs}"\noutput {{ num_shards: 1 }}\nlabel_sampling {{ label_column: "clicked" ratio: 100 '
             f'hive_partitioning: true max_partition_bytes: {max_bytes} }}'))
         out = tmp_path / f"o{max_bytes}"
-        manifest = run_job(config, expand_inputs([str(logs)], EVENT_SUFFIXES), str(out), PipelineOptions([]))
+        manifest = run_job(config, expand_inputs([str(logs)], EVENT_SUFFIXES), str(out), PipelineOptions([])).manifest
         assert not read_errors(str(out), manifest) and manifest["stats"]["accounting"]["records_written"] == 100
         table = read_rows(str(out), manifest)
         assert table.schema.field("dt").type == pa.string() and table.schema.field("hour").type == pa.int64()

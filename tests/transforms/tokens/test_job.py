@@ -39,7 +39,7 @@ def read_in_order(out, manifest):
 @pytest.mark.slow
 def test_shards_in_order_are_megatrons_sample_stream(corpus, tmp_path):
     prefix, sequences = corpus
-    manifest = run_job(config_for(prefix), [], str(tmp_path), PipelineOptions([]))
+    manifest = run_job(config_for(prefix), [], str(tmp_path), PipelineOptions([])).manifest
     indices = build_gpt_indices([len(s) for s in sequences], 24, 500, seed=4)
     table = read_in_order(tmp_path, manifest)
     assert table["sample"].to_pylist() == indices.shuffle_index.astype(np.int64).tolist()
@@ -55,7 +55,7 @@ def test_shards_in_order_are_megatrons_sample_stream(corpus, tmp_path):
 @pytest.mark.slow
 def test_without_the_extra_token_samples_have_seq_length_tokens(corpus, tmp_path):
     prefix, _ = corpus
-    manifest = run_job(config_for(prefix, "add_extra_token: false"), [], str(tmp_path), PipelineOptions([]))
+    manifest = run_job(config_for(prefix, "add_extra_token: false"), [], str(tmp_path), PipelineOptions([])).manifest
     assert read_in_order(tmp_path, manifest).schema.field("tokens").type == pa.binary(48)
 
 
@@ -66,7 +66,8 @@ def test_document_level_threshold_gamma_keeps_sequences_deterministically(corpus
     kept = kept_sequences(lengths, 60, 1.0, seed=4)
     assert 0 < len(kept) < len(sequences) and (kept_sequences(lengths, 60, 1.0, seed=4) == kept).all()
     assert lengths[kept].mean() > lengths.mean()  # longer sequences are kept more often
-    manifest = run_job(config_for(prefix, "hanse_sampling_threshold: 60"), [], str(tmp_path), PipelineOptions([]))
+    manifest = run_job(config_for(prefix, "hanse_sampling_threshold: 60"), [], str(tmp_path),
+                       PipelineOptions([])).manifest
     assert manifest["stats"]["token_dataset"]["sequences_kept"] == len(kept)
     indices = build_gpt_indices(lengths, 24, 500, seed=4, documents=kept)
     assert read_in_order(tmp_path, manifest)["sample"].to_pylist() == indices.shuffle_index.astype(np.int64).tolist()

@@ -88,7 +88,7 @@ def test_bad_blends_are_config_errors(fields, message):
 @needs_fixture
 def test_the_indices_are_kept_in_the_output_and_load_with_numpy(tmp_path):
     blend = f'blend {{ path_prefix: "{OWT}" weight: 1 }} blend {{ path_prefix: "{OWT_C}" weight: 1 }}'
-    manifest = run_job(job(f'{blend} seq_length: 16 num_samples: 100'), [], str(tmp_path), PipelineOptions([]))
+    manifest = run_job(job(f'{blend} seq_length: 16 num_samples: 100'), [], str(tmp_path), PipelineOptions([])).manifest
     path = os.path.join(tmp_path, os.path.dirname(manifest["errors"]["path"]), INDICES_NAME)
     arrays = np.load(path)
     assert sorted(arrays.files) == sorted(
@@ -99,7 +99,7 @@ def test_the_indices_are_kept_in_the_output_and_load_with_numpy(tmp_path):
     # A second run (overwrite) keeps its own generation's indices, not the first's.
     config = job(f'{blend} seq_length: 16 num_samples: 100', seed=8)
     config.output.overwrite = True
-    second = run_job(config, [], str(tmp_path), PipelineOptions([]))
+    second = run_job(config, [], str(tmp_path), PipelineOptions([])).manifest
     second_path = os.path.join(tmp_path, os.path.dirname(second["errors"]["path"]), INDICES_NAME)
     assert os.path.exists(second_path) and not os.path.exists(path)
 
