@@ -11,11 +11,13 @@ unchanged and the indexing the same:
 
 Layout: `<location>/v1/<3 hex digits>/<hash of path>.<hash of key>.entry`, each entry written
 atomically (temporary name, then rename), so concurrent runs sharing a cache at worst write the same
-entry twice. An entry is checked before it is used: only a regular file is opened (a FIFO would block the
-run, a link to a device would be read without end), and no more of it is read than its header records; the
-header names its key (it must be the key asked for), the rows' length and SHA-256; then the rows' schema and
-sources. A damaged, foreign or odd entry is ignored with a warning, and the source indexed again and its entry
-rewritten. Nothing in an entry is trusted unchecked.
+entry twice. An entry is checked before it is used: only a regular file is read (a FIFO would block the
+run, a link to a device would be read without end, a directory cannot be), and no more of it is read than its
+header records; the header names its key (it must be the key asked for), the rows' length, which must be no
+more than the source's rows can take (max_rows_bytes: a bound from the source's size in the key), and their
+SHA-256, computed over pieces of ROWS_PIECE_BYTES before the rows are kept; then the rows' schema and sources. A
+damaged, foreign or odd entry is ignored with a warning, and the source indexed again and its entry rewritten
+(in place of whatever held its name, an empty directory included). Nothing in an entry is trusted unchecked.
 
 Growth is bounded by two rules: writing a source's entry removes that source's other entries (a changed
 source leaves one), and a run removes entries not used for `max_age_days` (a local entry's time is
@@ -28,9 +30,11 @@ process killed mid-write.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import io
 import json
+import logging
 import os
 import posixpath
 import stat
@@ -41,8 +45,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardmill.transforms.common.dead_letter import DeadLetter
-from shardmill.transforms.common.filesystem import is_local, normalize, read_all, write_bytes_atomically
+from shardmill.transforms.common.filesystem import is_local, normalize, write_bytes_atomically
 from shardmill.transforms.lc0.chunk_index import INDEX_SCHEMA, SourceIndex
+
+_LOG = logging.getLogger(__name__)
 
 FORMAT = "shardmill-index-cache-2"  # 2: the header records the rows' length
 MAGIC = FORMAT.encode() + b"\n"
@@ -53,6 +59,15 @@ TEMP_MARK = ".tmp-"  # in the name of an entry being written: `.<entry name>.tmp
 TEMP_MAX_AGE_SECONDS = 3600
 BUCKET_CHARS = 3  # 4,096 directories: a few entries each at 10^4 sources, a few hundred at 10^6
 DEFAULT_MAX_AGE_DAYS = 30
+# What bounds an entry's rows (max_rows_bytes). Every chunk row stands for a gzip member of its source, and the
+# smallest gzip member takes 20 bytes (a 10-byte header, a 2-byte empty deflate block, an 8-byte trailer; a tar
+# member takes 1,024): a source of S bytes has at most S // 20 + 1 rows.
+MIN_SOURCE_BYTES_PER_ROW = 20
+# A row's fixed-width columns, its strings' offsets and validity bits take 57 bytes in the rows' Arrow stream;
+# its strings are the source's path and name (the key's) and its member's name (bytes of the source itself).
+ROW_FIXED_BYTES = 64
+ROWS_FIXED_BYTES = 64 << 10  # the stream's schema and batch messages, and the buffers' padding
+ROWS_PIECE_BYTES = 1 << 20  # the rows are read and hashed this much at a time, not whole
 
 
 def default_location() -> str:
@@ -81,6 +96,19 @@ def _digest(text: str) -> str:
 
 class RejectedEntry(ValueError):
     """An entry that cannot be used: what is wrong with it."""
+
+
+class EntryNameTaken(OSError):
+    """An entry's name held by what the cache must not remove (a directory holding files)."""
+
+
+def max_rows_bytes(key: dict) -> int:
+    """The most bytes the rows of the key's source can take in an entry: its most rows (one per gzip member)
+    each with its fixed bytes and the key's path and name, plus the member names (at most the source's size)."""
+    size = key["stamp"][0]  # the source's size, in every stamp (source_stamp)
+    path = key["path"]
+    per_row = ROW_FIXED_BYTES + len(path.encode()) + len(posixpath.basename(path).encode())
+    return ROWS_FIXED_BYTES + (size // MIN_SOURCE_BYTES_PER_ROW + 1) * per_row + size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,6 +157,8 @@ class IndexCache:
             index = _read(path, key)
         except RejectedEntry as err:
             raise RejectedEntry(f"{path}: {err}") from None
+        except MemoryError:  # rows within their bound, but more than this process has left: indexed instead
+            raise RejectedEntry(f"{path}: its rows do not fit in the memory left") from None
         if index is None:
             return None
         if is_local(path):
@@ -141,7 +171,11 @@ class IndexCache:
     def store(self, key: dict, index: SourceIndex) -> None:
         """Writes the source's entry, then removes the source's other entries (it changed)."""
         path = self.entry_path(key)
-        _write(path, encode_entry(key, index))
+        try:
+            _write(path, encode_entry(key, index))
+        except EntryNameTaken as err:  # this source's problem only: the other sources' entries are still stored
+            _LOG.warning("index cache: cannot store an entry: %s", err)
+            return
         directory, name = posixpath.split(path)
         source = name.split(".", 1)[0]
         for other in _list(directory):
@@ -180,10 +214,12 @@ def decode_entry(data: bytes, key: dict) -> SourceIndex:
     return read_entry(io.BytesIO(data), len(data), key)
 
 
-def read_entry(stream, size: int, key: dict) -> SourceIndex:
-    """The SourceIndex of an entry of `size` bytes read from `stream`, checked against the key asked for;
-    RejectedEntry saying why not. Reads no more than the header, then only the rows' length it records, and
-    only when that accounts for the entry's size exactly."""
+def read_entry(stream, size: int | None, key: dict) -> SourceIndex:
+    """The SourceIndex of an entry of `size` bytes (None: unknown; then the stream must end after the rows)
+    read from the seekable `stream`, checked against the key asked for; RejectedEntry saying why not. Reads no
+    more than the header, then only the rows' length it records, and only when that is no more than the
+    source's rows can take and accounts for the entry's size exactly; keeps the rows only once their SHA-256,
+    computed piece by piece, is the header's."""
     if stream.read(len(MAGIC)) != MAGIC:
         raise RejectedEntry("not an index cache entry of this version")
     line = stream.readline(MAX_HEADER_BYTES)
@@ -198,14 +234,16 @@ def read_entry(stream, size: int, key: dict) -> SourceIndex:
     rows_bytes = header.get("rows_bytes")
     if isinstance(rows_bytes, bool) or not isinstance(rows_bytes, int) or rows_bytes < 0:
         raise RejectedEntry("its header lacks the rows' length")
+    most = max_rows_bytes(key)
+    if rows_bytes > most:
+        raise RejectedEntry(f"its header records {rows_bytes:,} bytes of rows, more than the {most:,} a source of "
+                            f"{key['stamp'][0]:,} bytes can have")
     recorded = len(MAGIC) + len(line) + rows_bytes
-    if size != recorded:
+    if size is not None and size != recorded:
         raise RejectedEntry(f"{size:,} bytes where its header records {recorded:,}")
-    rows = stream.read(rows_bytes)
-    if len(rows) != rows_bytes:
-        raise RejectedEntry(f"it ended after {len(MAGIC) + len(line) + len(rows):,} of {recorded:,} bytes")
-    if hashlib.sha256(rows).hexdigest() != header.get("rows_sha256"):
-        raise RejectedEntry("its rows are damaged (SHA-256 differs)")
+    rows = _verified_rows(stream, rows_bytes, header.get("rows_sha256"), recorded)
+    if size is None and stream.read(1):
+        raise RejectedEntry(f"more bytes than the {recorded:,} its header records")
     try:
         table = pa.ipc.open_stream(rows).read_all()
     except (pa.ArrowException, OSError) as err:
@@ -228,6 +266,32 @@ def read_entry(stream, size: int, key: dict) -> SourceIndex:
     return SourceIndex(table, dead_letters, skipped)
 
 
+def _verified_rows(stream, rows_bytes: int, sha256, recorded: int) -> bytes:
+    """The rows that follow the header, once their SHA-256 is the header's: hashed in pieces of ROWS_PIECE_BYTES,
+    so a damaged entry is refused holding one piece; rows of more than one piece are read again to be kept."""
+    start = stream.tell()
+    digest = hashlib.sha256()
+    done = 0
+    piece = b""
+    while done < rows_bytes:
+        piece = stream.read(min(rows_bytes - done, ROWS_PIECE_BYTES))
+        if not piece:
+            raise RejectedEntry(f"it ended after {recorded - rows_bytes + done:,} of {recorded:,} bytes")
+        digest.update(piece)
+        done += len(piece)
+    if digest.hexdigest() != sha256:
+        raise RejectedEntry("its rows are damaged (SHA-256 differs)")
+    if len(piece) == rows_bytes:
+        return piece
+    end = stream.tell()
+    stream.seek(start)
+    rows = stream.read(rows_bytes)
+    if hashlib.sha256(rows).hexdigest() != sha256:
+        raise RejectedEntry("it changed while it was read")
+    stream.seek(end)
+    return rows
+
+
 # Opening an entry never blocks (a FIFO's open waits for a writer) and never follows a link (the cache writes
 # none: one to /dev/zero would be read without end).
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -243,20 +307,32 @@ def _read(path: str, key: dict) -> SourceIndex | None:
         except OSError as err:
             raise RejectedEntry("a symbolic link, which the cache never writes" if os.path.islink(path)
                                 else f"cannot be opened ({err.strerror or err})") from None
-        with os.fdopen(fd, "rb") as f:
-            info = os.fstat(f.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise RejectedEntry("not a regular file")
-            return read_entry(f, info.st_size, key)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):  # before a file object: Python refuses one of a directory
+                raise RejectedEntry(f"not a regular file ({_file_kind(info.st_mode)})")
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                return read_entry(f, info.st_size, key)
+        except OSError as err:  # a disk error: the entry is unusable, not the run
+            raise RejectedEntry(f"cannot be read ({err.strerror or err})") from None
+        finally:
+            os.close(fd)
     from apache_beam.io.filesystems import FileSystems
+    from apache_beam.io.filesystem import CompressionTypes
 
-    try:
-        data = read_all(path)  # an object store holds only regular objects
+    try:  # an object store holds only regular objects; read as a stream, so no more than read_entry reads
+        stream = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
     except Exception:  # noqa: BLE001 - each store says "missing" its own way: ask it
         if not FileSystems.exists(path):
             return None
         raise
-    return decode_entry(data, key)
+    with stream:
+        return read_entry(stream, None, key)
+
+
+def _file_kind(mode: int) -> str:
+    return ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a device")
 
 
 def _write(path: str, data: bytes) -> None:
@@ -271,10 +347,28 @@ def _write(path: str, data: bytes) -> None:
     try:
         with open(temp, "wb") as f:
             f.write(data)
-        os.replace(temp, path)
+        try:
+            os.replace(temp, path)
+        except IsADirectoryError:  # the entry's name is a directory, which the cache never makes
+            _remove_empty_directory(path)
+            os.replace(temp, path)
     except BaseException:
         _delete(temp)  # a full disk's partial file
         raise
+
+
+def _remove_empty_directory(path: str) -> None:
+    """Removes an empty directory in an entry's place; one holding files is left to whoever put them there:
+    EntryNameTaken says so."""
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        pass  # another run removed it first
+    except OSError as err:
+        if err.errno != errno.ENOTEMPTY:
+            raise
+        raise EntryNameTaken(f"{path} is a directory holding files, which the cache never writes; remove it to "
+                             "cache this source again") from None
 
 
 def _list(directory: str) -> list[str]:

@@ -14,7 +14,8 @@ import pytest
 
 from shardmill.transforms.common.dead_letter import DeadLetter
 from shardmill.transforms.lc0.chunk_index import index_source
-from shardmill.transforms.lc0.index_cache import ENTRY_SUFFIX, IndexCache, RejectedEntry, decode_entry, encode_entry
+from shardmill.transforms.lc0.index_cache import (ENTRY_SUFFIX, IndexCache, RejectedEntry, decode_entry, encode_entry,
+                                                  max_rows_bytes)
 from tests.datagen.lc0 import gzip_bytes, make_game_records, write_tar
 from tests.pipelines.test_run_job import file_digests, job_config, run
 
@@ -234,11 +235,28 @@ def count_through(corpus, cache, timeout=120):
     return json.loads(done.stdout)["summary"], done.stderr
 
 
+def claim_rows(entry, rows_bytes):
+    """Rewrites the entry's header to claim rows_bytes of rows, then extends the file (sparse) to match: an entry
+    consistent in every way but its rows' SHA-256."""
+    data = open(entry, "rb").read()
+    start = data.index(b"\n") + 1
+    end = data.index(b"\n", start)
+    header = json.loads(data[start:end])
+    header["rows_bytes"] = rows_bytes
+    head = data[:start] + json.dumps(header).encode() + b"\n"
+    with open(entry, "wb") as f:
+        f.write(head + data[end + 1:])
+    os.truncate(entry, len(head) + rows_bytes)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("odd_entry, why", [
-    ("fifo", "not a regular file"),
+    ("fifo", "not a regular file (a FIFO)"),
+    ("directory", "not a regular file (a directory)"),
     ("link to /dev/zero", "a symbolic link, which the cache never writes"),
     ("larger than recorded", "bytes where its header records"),
+    ("claiming 2 GiB of rows", "bytes of rows, more than the"),
+    ("claiming 6 GiB of rows", "bytes of rows, more than the"),
 ])
 def test_an_odd_entry_neither_hangs_nor_is_read_without_bound_but_is_rebuilt(corpus, tmp_path, odd_entry, why):
     cache = tmp_path / "cache"
@@ -247,6 +265,11 @@ def test_an_odd_entry_neither_hangs_nor_is_read_without_bound_but_is_rebuilt(cor
     if odd_entry == "fifo":
         os.remove(entry)
         os.mkfifo(entry)  # opening it to read would wait for a writer forever
+    elif odd_entry == "directory":
+        os.remove(entry)
+        os.mkdir(entry)  # cannot be read, and an entry cannot be renamed over it
+    elif odd_entry.startswith("claiming"):
+        claim_rows(entry, int(odd_entry.split()[1]) << 30)  # read whole, 6 GiB ran out of memory unseen
     elif odd_entry == "link to /dev/zero":
         os.remove(entry)
         os.symlink("/dev/zero", entry)  # reading it whole would never end
@@ -301,3 +324,106 @@ def test_a_write_that_fills_the_disk_leaves_no_temporary_file(corpus, tmp_path):
         assert cache.lookup(key).table.equals(index.table)
     finally:
         subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_an_entry_name_taken_by_a_directory_holding_files_is_left_saying_so_and_the_other_sources_are_stored(
+        corpus, tmp_path, caplog):
+    cache = cache_for(tmp_path / "cache")
+    first, second = (os.path.join(corpus, name) for name in archives(corpus)[:2])
+    keys = [cache.key(p, cache.source_stamp(p, 0)) for p in (first, second)]
+    taken = cache.entry_path(keys[0])
+    os.makedirs(taken)
+    with open(os.path.join(taken, "notes"), "w") as f:
+        f.write("not the cache's")
+    with pytest.raises(RejectedEntry, match=r"not a regular file \(a directory\)"):
+        cache.lookup(keys[0])
+    cache.store(keys[0], index_source(first, os.path.getsize(first), "scan"))  # a warning, not an error
+    assert [r.getMessage() for r in caplog.records] == [
+        f"index cache: cannot store an entry: {taken} is a directory holding files, which the cache never writes; "
+        "remove it to cache this source again"]
+    assert os.listdir(taken) == ["notes"]
+    cache.store(keys[1], index_source(second, os.path.getsize(second), "scan"))
+    assert cache.lookup(keys[1]) is not None
+
+
+def test_the_rows_bound_holds_for_an_archive_of_the_smallest_chunks_under_a_long_path(tmp_path):
+    """The bound an entry's rows are checked against never refuses a real entry: an archive of 2,000 one-record
+    chunks with long member names, at a path of 1,000 characters."""
+    folder = tmp_path / ("d" * 200) / ("e" * 200) / ("f" * 200) / ("g" * 200)
+    folder.mkdir(parents=True)
+    path = str(folder / ("training-" + "h" * 150 + ".tar"))
+    write_tar(path, [(f"games/{'m' * 120}.{i}.gz", gzip_bytes(make_game_records(i, 1).tobytes())) for i in range(2000)])
+    index = index_source(path, os.path.getsize(path), "scan")
+    assert index.table.num_rows == 2000
+    cache = cache_for(tmp_path / "cache")
+    key = cache.key(path, cache.source_stamp(path, 0))
+    data = encode_entry(key, index)
+    rows_bytes = json.loads(data.split(b"\n")[1])["rows_bytes"]
+    assert rows_bytes * 10 < max_rows_bytes(key)  # tar members take 1,024 bytes or more; the bound assumes 20
+    assert decode_entry(data, key).table.equals(index.table)
+
+
+READ_CLAIMED_ROWS = """
+import json, os, sys
+from shardmill.transforms.lc0.index_cache import RejectedEntry, read_entry
+entry, key = sys.argv[1], json.loads(sys.argv[2])
+with open(entry, "rb") as f:
+    try:
+        read_entry(f, os.path.getsize(entry), key)
+    except RejectedEntry as err:
+        print(err)
+"""
+
+
+@pytest.mark.slow
+def test_rows_a_large_source_could_have_are_hashed_in_pieces_not_read_whole(corpus, tmp_path):
+    """4 GiB of rows claimed for a source of 64 GiB (within the bound) are refused for their SHA-256 with a
+    process of 2 GiB of address space: no more than a piece of them is held."""
+    cache = cache_for(tmp_path / "cache")
+    path = os.path.join(corpus, archives(corpus)[0])
+    real = cache.key(path, cache.source_stamp(path, 0))
+    cache.store(real, index_source(path, os.path.getsize(path), "scan"))
+    key = dict(real, stamp=[64 << 30, *real["stamp"][1:]])  # the key of a source of 64 GiB
+    assert max_rows_bytes(key) > 4 << 30
+    entry = str(tmp_path / "claimed.entry")
+    with open(cache.entry_path(real), "rb") as f:
+        data = f.read()
+    start = data.index(b"\n") + 1
+    header = json.loads(data[start:data.index(b"\n", start)])
+    header["key"], header["rows_bytes"] = key, 4 << 30
+    with open(entry, "wb") as f:
+        f.write(data[:start] + json.dumps(header).encode() + b"\n")
+    os.truncate(entry, os.path.getsize(entry) + (4 << 30))
+    done = subprocess.run([sys.executable, "-c", READ_CLAIMED_ROWS, entry, json.dumps(key)], capture_output=True,
+                          text=True, timeout=300, preexec_fn=limited(2 << 30))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "its rows are damaged (SHA-256 differs)"
+
+
+@pytest.mark.slow
+def test_an_object_store_entry_is_read_as_a_stream_and_checked_as_a_local_one(corpus, s3_server):
+    """The entry is read no further than its header records: one with more bytes than that is refused, and one
+    claiming more rows than its source can have is refused before its rows are read."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from shardmill.transforms.common.filesystem import read_all, write_bytes_atomically
+
+    cache = IndexCache(s3_server.create_bucket("index-cache-stream") + "/cache", "scan", 0, 64 << 20)
+    path = os.path.join(corpus, archives(corpus)[0])
+    key = cache.key(path, cache.source_stamp(path, 0))
+    assert cache.lookup(key) is None
+    index = index_source(path, os.path.getsize(path), "scan")
+    cache.store(key, index)
+    assert cache.lookup(key).table.equals(index.table)
+    entry = cache.entry_path(key)
+    data = read_all(entry)
+    write_bytes_atomically(entry, data + b"\0" * 100)
+    with pytest.raises(RejectedEntry, match=f"more bytes than the {len(data):,} its header records"):
+        cache.lookup(key)
+    start = data.index(b"\n") + 1
+    header = json.loads(data[start:data.index(b"\n", start)])
+    header["rows_bytes"] = max_rows_bytes(key) + 1
+    write_bytes_atomically(entry, data[:start] + json.dumps(header).encode() + b"\n")
+    with pytest.raises(RejectedEntry, match="bytes of rows, more than the"):
+        cache.lookup(key)
+    FileSystems.delete([entry])
