@@ -50,6 +50,9 @@ GLOB_CHARS = "*?["
 # Compressed and archived files: in an input tree these are data, so one the job cannot read is lost input.
 COMPRESSED_SUFFIXES = (".gz", ".gzip", ".z", ".bz2", ".xz", ".lzma", ".lz", ".lz4", ".zst", ".zstd", ".sz",
                        ".snappy", ".br", ".lzo", ".zip", ".7z", ".rar", ".tar", ".tgz", ".tbz", ".tbz2", ".txz")
+# Compressed tar archives: no job reads one (a member is reached only by inflating everything before it), and a
+# job lists them only to refuse each with its own reason; a message saying what a job reads never names them.
+COMPRESSED_TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tbz", ".tbz2", ".tar.xz", ".txz", ".tar.zst")
 # Checksums and signatures beside a data file (`x.csv.md5`): not data themselves.
 SIDECAR_SUFFIXES = (".crc", ".md5", ".sha1", ".sha256", ".sha512", ".sig", ".asc")
 UNSUPPORTED_SUFFIX = "unsupported_suffix"  # the dead letter of a data file the job cannot read
@@ -108,7 +111,8 @@ def unsupported_data(path: str, suffixes: tuple[str, ...]) -> str | None:
     data = max((s for s in suffixes if stem.endswith(s)), key=len, default=None)
     if data is None and last not in COMPRESSED_SUFFIXES:
         return None
-    readable = [s for s in suffixes if data and s.startswith(data)] or list(suffixes)
+    read = [s for s in suffixes if s not in COMPRESSED_TAR_SUFFIXES]
+    readable = [s for s in read if data and s.startswith(data)] or read
     what = f"{data} data" if data else "a compressed file"
     return (f"{name!r}: {what} ending in {last}, which this job does not read (it reads {', '.join(readable)}); "
             "convert or rename it, or move it out of the input")

@@ -129,3 +129,13 @@ def test_an_lc0_run_reads_upper_case_suffixes_and_prints_its_skipped_files(tmp_p
     assert "skipped 1 file(s): 1 other suffix (e.g. .../data/notes.txt)" in out
     acc = json.loads((tmp_path / "out" / ".manifest.json").read_text())["stats"]["accounting"]
     assert acc["chunks_indexed"] == 2 and acc["errors_by_reason"] == {"unsupported_suffix": 1}
+
+
+@pytest.mark.parametrize("name, reads", [("y.gzip", ".gz, .tar"), ("z.tar.xz", ".tar"), ("x.zip", ".gz, .tar")])
+def test_an_lc0_unsupported_suffix_names_only_the_suffixes_read_not_the_compressed_archives_refused(name, reads):
+    """lc0 lists `.tar.gz` and `.tgz` only to refuse them (compressed_archive): a message saying what it reads
+    leaves them out."""
+    from shardmill.transforms.common.discovery import unsupported_data
+    from shardmill.transforms.lc0.kind import LC0_INPUT_SUFFIXES
+
+    assert f"which this job does not read (it reads {reads});" in unsupported_data(f"/in/{name}", LC0_INPUT_SUFFIXES)
