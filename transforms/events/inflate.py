@@ -72,10 +72,11 @@ class InflatedStream:
     read, what followed the last gzip member that is not gzip ("" if nothing).
     """
 
-    def __init__(self, f, codec: str, suffix: str = ".gz"):
+    def __init__(self, f, codec: str, suffix: str = ".gz", chunk_bytes: int = CHUNK_BYTES):
         self._f = f
         self._codec = codec
         self._suffix = suffix
+        self._chunk_bytes = chunk_bytes
         self.consumed = 0
         self.trailing = ""
 
@@ -112,7 +113,7 @@ class InflatedStream:
                 inflater = zlib.decompressobj(31)  # one gzip member; its CRC-32 and length are checked
                 members += 1
             try:
-                out = inflater.decompress(pending, CHUNK_BYTES)
+                out = inflater.decompress(pending, self._chunk_bytes)
             except zlib.error as err:
                 raise InflateError(f"corrupt gzip data in member {members} (compressed bytes {self.consumed:,} to "
                                    f"{self.consumed + len(pending):,}): {err}", self.consumed) from None
@@ -123,7 +124,7 @@ class InflatedStream:
                 yield out
             if inflater.eof:
                 inflater = None
-            elif len(out) < CHUNK_BYTES and not pending:  # everything given was inflated: more input is needed
+            elif len(out) < self._chunk_bytes and not pending:  # everything given was inflated: more input is needed
                 block = b"" if at_end else self._read()
                 if not block:
                     raise InflateError(f"truncated: gzip member {members} ends at compressed byte "
@@ -140,7 +141,7 @@ class InflatedStream:
         counted = _CountingReader(self._f, head)
         try:
             with pa.CompressedInputStream(counted, self._codec) as stream:
-                while block := stream.read(CHUNK_BYTES):
+                while block := stream.read(self._chunk_bytes):
                     self.consumed = counted.count
                     yield block
         except (pa.ArrowException, OSError) as err:
@@ -173,3 +174,46 @@ class _CountingReader:
 
     def close(self) -> None:
         self.closed = True  # the caller owns the file
+
+
+# The launcher sizes shards by a compressed log's inflated bytes, measured on its head: at most this much
+# compressed input (one read), inflated to at most this much (discarded as it comes: memory stays bounded).
+MEASURE_INPUT_BYTES = 1 << 20
+MEASURE_OUTPUT_BYTES = 64 << 20
+# Compressed bytes handed to the inflater per read while measuring: Arrow's streams read ahead of what they
+# have inflated, and the bytes counted as consumed are off by at most this much.
+_MEASURE_READ_BYTES = 1 << 10
+# Inflated bytes asked for per step while measuring: Arrow's streams give nothing of a step the head's end
+# cuts, so what a truncated head loses is at most this much.
+_MEASURE_CHUNK_BYTES = 64 << 10
+
+
+def inflation_of_head(head: bytes, codec: str, whole: bool) -> float | None:
+    """Inflated bytes per compressed byte of a compressed stream's first bytes (whole: the file entire, so the
+    ratio is exact unless MEASURE_OUTPUT_BYTES stopped it); None when nothing inflates (another format, or
+    damaged from its first byte)."""
+    stream = InflatedStream(_SmallReads(head), codec, chunk_bytes=_MEASURE_CHUNK_BYTES)
+    inflated = 0
+    try:
+        for chunk in stream.chunks():
+            inflated += len(chunk)
+            if inflated >= MEASURE_OUTPUT_BYTES:
+                break
+    except InflateError:
+        pass  # a head ends inside the stream: what inflated before its end measures it
+    consumed = len(head) if whole and inflated < MEASURE_OUTPUT_BYTES else stream.consumed
+    return inflated / consumed if inflated and consumed else None
+
+
+class _SmallReads:
+    """Bytes as a binary file that gives at most _MEASURE_READ_BYTES a read."""
+
+    def __init__(self, data: bytes):
+        self._data = memoryview(data)
+        self._at = 0
+
+    def read(self, n: int = -1) -> bytes:
+        n = _MEASURE_READ_BYTES if n < 0 else min(n, _MEASURE_READ_BYTES)
+        data = bytes(self._data[self._at : self._at + n])
+        self._at += len(data)
+        return data

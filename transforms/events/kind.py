@@ -110,10 +110,52 @@ def label_spec(config):
                      tuple(labels.partition_by))
 
 
-def rows_bytes(files: list[tuple[str, int]]) -> int:
-    """The size the input's rows take once read: a compressed log's bytes on disk stand for several times as
-    many (a shard is sorted in memory, so a log sized by its compressed bytes would overfill one)."""
-    return sum(size * (ASSUMED_INFLATION if compression_of(path) else 1) for path, size in files)
+# Compressed logs of one codec whose inflation the launcher measures, the largest first: the others take the
+# largest ratio measured for their codec, so a launcher listing 10^5 logs still reads a few MiB.
+MEASURED_LOGS_PER_CODEC = 32
+
+
+def _measured_inflation(path: str, size: int, codec: str, opener) -> float | None:
+    """Inflated bytes per byte of one compressed log, from its head (one read); None when it can't be read."""
+    from shardmill.transforms.events.inflate import MEASURE_INPUT_BYTES, inflation_of_head
+
+    try:
+        with opener(path) as f:
+            head = f.read(MEASURE_INPUT_BYTES)
+        return inflation_of_head(head, codec, whole=len(head) < MEASURE_INPUT_BYTES or len(head) == size)
+    except Exception:  # noqa: BLE001  (untrusted input: an unreadable log is the run's dead letter, not the plan's)
+        return None
+
+
+def inflation_ratios(files: list[tuple[str, int]], opener=None) -> dict[str, float]:
+    """Inflated bytes per byte on disk of each compressed log (path -> ratio): measured on the
+    MEASURED_LOGS_PER_CODEC largest of each codec; the others, and those that can't be read, take the largest
+    ratio measured for their codec, or ASSUMED_INFLATION when none could be."""
+    from shardmill.transforms.common.filesystem import default_opener
+
+    by_codec: dict[str, list[tuple[str, int]]] = {}
+    for path, size in files:
+        codec = compression_of(path)
+        if codec:
+            by_codec.setdefault(codec, []).append((path, size))
+    ratios = {}
+    for codec, logs in sorted(by_codec.items()):
+        largest = sorted(logs, key=lambda log: (-log[1], log[0]))[:MEASURED_LOGS_PER_CODEC]
+        measured = {path: _measured_inflation(path, size, codec, opener or default_opener) for path, size in largest}
+        measured = {path: ratio for path, ratio in measured.items() if ratio is not None}
+        fallback = max(measured.values(), default=ASSUMED_INFLATION)
+        _LOG.info("%s logs inflate up to %.1fx (measured on %d of %d; %s for the others)", codec, fallback,
+                  len(measured), len(logs), "the largest ratio" if measured else "assumed")
+        ratios.update({path: measured.get(path, fallback) for path, _ in logs})
+    return ratios
+
+
+def rows_bytes(files: list[tuple[str, int]], opener=None) -> int:
+    """The size the input's rows take once read: a compressed log's bytes on disk times its measured inflation
+    (a shard is sorted in memory, so a log sized by its compressed bytes, or by a typical ratio it exceeds,
+    would overfill one)."""
+    ratios = inflation_ratios(files, opener)
+    return math.ceil(sum(size * ratios.get(path, 1) for path, size in files))
 
 
 class LabelsKind(JobKind):
