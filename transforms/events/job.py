@@ -185,8 +185,12 @@ class _SampleFileFn(beam.DoFn):
                 yield beam.pvalue.TaggedOutput(ERRORS, DeadLetter(
                     part.path, "read", "unreadable", f"{err} (second pass; the file is left out)",
                     records=len(part.is_target)).to_dict())
-                part, rows, schema = dataclasses.replace(part, is_target=part.is_target.slice(0, 0)), rows[:0], None
+                part = dataclasses.replace(part, is_target=part.is_target.slice(0, 0), left_out="unreadable",
+                                           left_out_records=len(part.is_target))
+                rows, schema = rows[:0], None
         stats = partition_stats(part, rows)
+        if part.left_out:  # read, then left out whole: its records count as read (and, by its dead letter, lost)
+            stats.update(records=part.left_out_records, left_out=part.left_out)
         if spec.partition_by:
             stats["group"] = group
         self._progress.record("sample", partitions=1, records=stats["records"], bytes=max(event_range.size, 0))

@@ -54,6 +54,10 @@ class EventPartition:
     block_rows: tuple[int, ...] = ()
     schema: pa.Schema | None = None
     first_row: int = 0  # a block's first row in its file
+    # A partition read whole and then left out for what it holds (its dead letter's reason, e.g. duplicate_columns):
+    # its records were read, so the run counts them read, and lost.
+    left_out: str = ""
+    left_out_records: int = 0
 
     def target_mask(self):
         """is_target as a numpy bool array."""
@@ -475,8 +479,16 @@ def scan_events(part: str | EventRange, options: EventReadOptions, opener=None,
                 table, locate = _read_text(path, f, part, fmt, options, dead, columns)
         table, is_target = _labelled(path, table, locate, part, options, dead)
     except Exception as err:  # noqa: BLE001  (untrusted input: whatever a reader raises is this file's dead letter)
-        return dataclasses.replace(empty, dead_letters=[_lost_file(path, err, part.size)])
+        return _left_out(empty, _lost_file(path, err, part.size), err)
     return EventPartition(path, table, is_target, dead, part.name)
+
+
+def _left_out(empty: EventPartition, dead: DeadLetter, err: Exception) -> EventPartition:
+    """A partition that is one dead letter; left_out when it was read and refused for what it holds (a failed read
+    is not: what it held is unknown, or was cut off)."""
+    if isinstance(err, _FileLost) and err.records >= 0:
+        return dataclasses.replace(empty, dead_letters=[dead], left_out=dead.reason, left_out_records=dead.records)
+    return dataclasses.replace(empty, dead_letters=[dead])
 
 
 # ---- compressed logs, block by block ----------------------------------------------------
@@ -547,14 +559,14 @@ def _scan_compressed(part: EventRange, fmt: str, options: EventReadOptions, open
         unread = max(0, part.size - streams[0].consumed) if streams and part.size >= 0 else 0
         # Every record met counts: rows read, rows already dead letters (each one record), rows without label.
         read = sum(block_rows) + len(dead) + sum(n for _, _, n in unlabelled)
-        return EventPartition(path, pa.table({}), pa.array([], pa.bool_()),
-                              [_lost_file(path, err, part.size, read, unread)], part.name)
+        empty = EventPartition(path, pa.table({}), pa.array([], pa.bool_()), [], part.name)
+        return _left_out(empty, _lost_file(path, err, part.size, read, unread), err)
     if unlabelled:
         if not any(label in schema.names for schema in schemas):
             lost = _FileLost("missing_label_column", f"no column {label!r} in any record "
                              f"(columns: {', '.join(schemas[0].names)})", sum(n for _, _, n in unlabelled))
-            return EventPartition(path, pa.table({}), pa.array([], pa.bool_()), [_lost_file(path, lost, part.size)],
-                                  part.name)
+            empty = EventPartition(path, pa.table({}), pa.array([], pa.bool_()), [], part.name)
+            return _left_out(empty, _lost_file(path, lost, part.size), lost)
         dead.extend(DeadLetter(path, "read", "malformed_row", f"{a} to {b}: no {label!r} in these {n:,} records",
                                member=a, records=n) for a, b, n in unlabelled)
     if streams and streams[0].trailing:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import math
 
 import pyarrow as pa
@@ -96,17 +97,22 @@ class EventShardFormat(ShardFormat):
         return {k: v for k, v in record.items() if k != "event_schema"}
 
     def finish_stats(self, parts, shards, dead_letters):
-        rejected = {d["member"] for d in dead_letters if d["reason"] == "schema_conflict"}
         read = [p["partition"] for p in parts if "partition" in p]
-        stats = [s for s in read if s["partition"] not in rejected]
+        # Partitions read and not written: left out for their schema, or whole by their read (the reason a
+        # partition's stats carry, e.g. duplicate_columns). Their records are read, and lost.
+        left_out = {d["member"]: d["reason"] for d in dead_letters if d["reason"] == "schema_conflict"}
+        left_out.update({s["partition"]: s["left_out"] for s in read if "left_out" in s})
+        stats = [s for s in read if s["partition"] not in left_out]
         records = sum(s["records"] for s in read)
         lost, estimated = records_lost(dead_letters, read)
-        conflicts = sum(d.get("records", 1) for d in dead_letters if d["reason"] == "schema_conflict")
+        read_and_lost = (sum(d.get("records", 1) for d in dead_letters if d["reason"] == "schema_conflict")
+                         + sum(s["records"] for s in read if "left_out" in s))
         return {
             "label_sampling": label_sampling_stats(stats, self._ratio, self._mode),
             "accounting": {
                 "partitions": len(read),
-                "partitions_left_out": len(rejected),
+                "partitions_left_out": len(left_out),
+                "partitions_left_out_by_reason": dict(sorted(collections.Counter(left_out.values()).items())),
                 "files_not_split": sorted(s["partition"] for s in read if "not_split" in s),
                 "files_not_split_why": {s["partition"]: s["not_split"] for s in read if "not_split" in s},
                 **skipped_files_accounting(parts),
@@ -115,8 +121,9 @@ class EventShardFormat(ShardFormat):
                 "errors_by_reason": count_reasons(dead_letters),
                 "records_lost": lost,
                 "records_lost_estimated": estimated,
-                # A partition left out for its schema was read (its records are in records_read); any other loss
+                # A partition left out was read (its records are in records_read and records_lost); any other loss
                 # is input the run never got as rows.
-                "error_fraction": lost / (records + lost - conflicts) if records + lost - conflicts else 0.0,
+                "error_fraction": (lost / (records + lost - read_and_lost) if records + lost - read_and_lost
+                                   else 0.0),
             },
         }

@@ -43,8 +43,12 @@ def render_summary(manifest: dict) -> str:
     if warning:
         lines.insert(1, f"warning: {warning}")
     if acc.get("partitions_left_out"):
-        lines.insert(-1, f"partitions left out {acc['partitions_left_out']} (column types that can't be unified; "
-                         "see the schema_conflict errors)")
+        # Outputs before the reasons were kept left partitions out for one reason: their schema.
+        why = acc.get("partitions_left_out_by_reason") or {"schema_conflict": acc["partitions_left_out"]}
+        reasons = ", ".join(f"{reason} {n}" + (" (column types that can't be unified)" if reason == "schema_conflict"
+                                                else "") for reason, n in why.items())
+        lines.insert(-1, f"partitions left out {acc['partitions_left_out']}, read but not written: {reasons}; "
+                         "see the errors")
     if acc.get("files_not_split"):
         # Outputs before the reasons were kept had one reason: a quote inside an unquoted field.
         why = acc.get("files_not_split_why") or {name: "a quote inside an unquoted field"

@@ -471,12 +471,71 @@ def test_a_file_left_out_counts_toward_no_cut(logs_with_a_file_left_out, tmp_pat
     kept = sum(1 for c in rows["clicked"].to_pylist() if not c)
     assert (stats["targets"], stats["non_targets_in"], stats["non_targets_out"]) == (targets, non_targets, kept)
     assert set(rows["_partition"].to_pylist()) == {"a.csv", "c.csv"}
+    assert [p["partition"] for p in stats["partitions"]] == ["a.csv", "c.csv"]
+    acc = manifest["stats"]["accounting"]
+    assert (acc["records_read"], acc["records_lost"], acc["partitions_left_out"]) == (4400, 400, 1)
+    assert acc["partitions_left_out_by_reason"] == {variant: 1} and acc["error_fraction"] == 400 / 4400
     if mode == "EXACT":  # exactly round(ratio x targets) of the written rows
         assert kept == 400 and stats["achieved_ratio"] == 2
     else:  # each non-target kept with rate 2 x 200 / 3,800: Binomial(3,800, rate); bounds at 1e-6 each side
         pmf = binomial_pmf(non_targets, 2 * targets / non_targets)
         low, high = np.searchsorted(np.cumsum(pmf), [1e-6, 1 - 1e-6])
         assert low <= kept <= high, (low, kept, high)  # about 330..475; counting b.csv would give about 760
+
+
+@pytest.mark.parametrize("mode", ["ADAPTIVE", "EXACT"])
+def test_partitions_read_and_left_out_whole_are_counted_read_and_left_out_whatever_the_reason(tmp_path, capsys,
+                                                                                              mode):
+    """Every partition left out after its rows were read (its schema, a repeated column name, no label column)
+    counts its records read and lost, and itself left out, in the manifest and the summary."""
+    import gzip
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    rows = lambda ids, n: "".join(f"{ids.format(i)},{int(i % 10 == 0)},{i}\n" for i in range(n))  # noqa: E731
+    (logs / "a.csv").write_text("id,clicked,x\n" + rows("{}", 3000))
+    (logs / "b.csv").write_text("id,clicked,x\n" + rows("s{}", 500))  # string ids: a schema conflict
+    (logs / "c.csv").write_text("id,clicked,id\n" + rows("{}", 400))
+    (logs / "d.csv.gz").write_bytes(gzip.compress(("id,other,x\n" + rows("{}", 300)).encode()))
+    config = tmp_path / "c.textproto"
+    config.write_text(f'input: "{logs}"\nmax_error_fraction: 0.9\nlabel_sampling {{ label_column: "clicked" '
+                      f'ratio: 2 mode: {mode} }}\n')
+    assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / "o")]) == 0
+    manifest = load_manifest(str(tmp_path / "o"))
+    acc = manifest["stats"]["accounting"]
+    assert (acc["records_read"], acc["records_lost"], acc["records_lost_estimated"]) == (4200, 1200, 0)
+    assert acc["partitions"] == 4 and acc["partitions_left_out"] == 3
+    assert acc["partitions_left_out_by_reason"] == {"duplicate_columns": 1, "missing_label_column": 1,
+                                                    "schema_conflict": 1}
+    assert acc["error_fraction"] == 1200 / 4200
+    assert [p["partition"] for p in manifest["stats"]["label_sampling"]["partitions"]] == ["a.csv"]
+    assert ("partitions left out 3, read but not written: duplicate_columns 1, missing_label_column 1, "
+            "schema_conflict 1 (column types that can't be unified); see the errors") in capsys.readouterr().out
+
+
+def test_a_compressed_log_that_fails_its_second_pass_is_counted_read_and_left_out(tmp_path, monkeypatch):
+    import gzip
+
+    from shardmill.transforms.events import job, record_ends
+
+    monkeypatch.setattr(record_ends, "STREAM_BLOCK_BYTES", 4096)  # the log is read in blocks, twice
+
+    def changed(*args, **kwargs):
+        raise ValueError("block 0 reads 3 rows now, 400 before")
+        yield
+
+    monkeypatch.setattr(job, "event_blocks", changed)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.csv").write_text("id,clicked\n" + "".join(f"{i},{i % 2}\n" for i in range(1000)))
+    (logs / "b.csv.gz").write_bytes(gzip.compress(("id,clicked\n" + "".join(f"{i},{i % 2}\n" for i in range(1000)))
+                                                  .encode()))
+    manifest = run_config([str(logs)], tmp_path / "o", 'label_column: "clicked" ratio: 1')
+    acc = manifest["stats"]["accounting"]
+    assert [(e["reason"], e["records"]) for e in read_errors(tmp_path / "o", manifest)] == [("unreadable", 1000)]
+    assert (acc["records_read"], acc["records_lost"], acc["partitions_left_out"]) == (2000, 1000, 1)
+    assert acc["partitions_left_out_by_reason"] == {"unreadable": 1} and acc["error_fraction"] == 0.5
+    assert [p["partition"] for p in manifest["stats"]["label_sampling"]["partitions"]] == ["a.csv"]
 
 
 def test_a_hive_group_wholly_left_out_has_no_cut_and_the_others_keep_theirs(tmp_path):

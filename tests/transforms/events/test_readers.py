@@ -489,6 +489,9 @@ def test_duplicate_column_names_are_one_dead_letter_naming_them(tmp_path):
     assert part.table.num_rows == 0
     assert [(d.reason, d.detail) for d in part.dead_letters] == [
         ("duplicate_columns", "column name(s) 'id' appear more than once (columns: id, clicked, id)")]
+    # Read, then left out for what it holds: its records count as read (a file that can't be read is not).
+    assert (part.left_out, part.left_out_records) == ("duplicate_columns", 2)
+    assert not read(tmp_path / "missing.csv").left_out
 
 
 def test_a_json_row_nested_beyond_the_limits_is_a_dead_letter_at_its_line(tmp_path):
