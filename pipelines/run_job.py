@@ -14,12 +14,9 @@ The previous output stays complete and readable until the commit point.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import shutil
-import signal
-import threading
 import time
 import uuid
 
@@ -30,6 +27,7 @@ from google.protobuf import text_format
 from shardmill.pipelines.config import JobConfig
 from shardmill.pipelines.jobs import job_kind
 from shardmill.pipelines.runner import counter_values, is_local_run, local_runner, make_pipeline
+from shardmill.pipelines.terminal import signals_deferred
 from shardmill.transforms.common.filesystem import check_stores_reachable, is_local, use_pipeline_options
 from shardmill.transforms.common.ordered_pool import elements_at_once
 from shardmill.transforms.common.progress import ProgressPrinter
@@ -95,30 +93,6 @@ def one_line(err: BaseException) -> str:
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
-
-
-@contextlib.contextmanager
-def signals_deferred(reraise: bool = True):
-    """SIGINT/SIGTERM arriving inside the block are held until it ends, so it is never cut short.
-
-    reraise=False: the block finishes the run (the commit), so a signal that
-    arrived during it is only logged — the run ended as if it came after.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received = []
-    previous = {sig: signal.signal(sig, lambda s, _frame: received.append(s))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        if received and reraise:
-            signal.raise_signal(received[0])
-        elif received:
-            _LOG.warning("%s arrived while committing; the commit completed", signal.Signals(received[0]).name)
 
 
 def build_graph(p: beam.Pipeline, config: JobConfig, plan, paths: RunPaths, local_run: bool, *,

@@ -145,7 +145,7 @@ def test_a_dry_runs_validation_is_offline_and_a_store_it_reaches_for_is_one_line
     from apache_beam.options.pipeline_options import TestOptions
     from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
 
-    from shardmill.pipelines.submit import SubmitError, validate_for_runner
+    from shardmill.pipelines.commands.submit import SubmitError, validate_for_runner
 
     seen = []
 

@@ -35,6 +35,8 @@ import subprocess
 import sys
 import sysconfig
 
+from shardmill.pipelines.commands import Command
+
 RUNNERS = {"dataflow": "DataflowRunner", "flink": "FlinkRunner"}
 FLINK_ENVIRONMENTS = ("external", "docker")
 DEFAULT_WORKER_POOL = "localhost:50000"
@@ -45,7 +47,12 @@ class SubmitError(ValueError):
     """An argument that makes the submission impossible (exit 2, nothing built or sent)."""
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def add_parser(subparsers, common: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "submit", parents=[common],
+        help="submit the job to Google Cloud Dataflow or a Flink cluster",
+        description=__doc__.split("\n\n")[1].replace("\n", " "),
+    )
     p.add_argument("--runner", choices=sorted(RUNNERS), default="dataflow")
     p.add_argument("--config", required=True, help="text-format JobConfig")
     p.add_argument("--output", required=True, help="output directory (gs:// for Dataflow)")
@@ -69,6 +76,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                        help="how SDK workers start on the task managers (default: external worker pool)")
     flink.add_argument("--worker-pool", default=DEFAULT_WORKER_POOL,
                        help=f"HOST:PORT of the SDK worker pool beside each task manager (default {DEFAULT_WORKER_POOL})")
+    return p
 
 
 @dataclasses.dataclass
@@ -185,7 +193,7 @@ def validate_for_runner(runner: str, run_args: list[str], offline: bool = False)
         raise SubmitError(f"{RUNNERS[runner]} options: " + "; ".join(errors))
 
 
-def submit(args: argparse.Namespace, beam_args: list[str]) -> int:
+def execute(args: argparse.Namespace, beam_args: list[str]) -> int:
     submission = plan(args, beam_args)
     if args.dry_run:
         validate_for_runner(args.runner, submission.run, offline=True)
@@ -205,3 +213,6 @@ def submit(args: argparse.Namespace, beam_args: list[str]) -> int:
             raise SubmitError(f"the build wrote {built[-1:] or 'no wheel'}, not {submission.wheel}")
     print(f"submitting: {shlex.join(submission.run)}", flush=True)
     return subprocess.run(submission.run).returncode
+
+
+COMMAND = Command("submit", add_parser, execute, takes_beam_options=True)
