@@ -1,4 +1,8 @@
-"""`shardmill run`: a job, its inputs in, globally shuffled Parquet shards and a manifest out."""
+"""`shardmill run`: a job, its inputs in, globally shuffled Parquet shards and a manifest out.
+
+Its job arguments (the config and what replaces its values) are defined once here: `submit` takes them
+all and hands them on to the `run` it submits.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,46 @@ import time
 
 from shardmill.pipelines.commands import EXIT_COMMITTED_WITH_ERROR, EXIT_ERROR_BUDGET, EXIT_OK, Command, kinds_text
 
+# flag -> add_argument settings; the actions are those job_argv can write back (store, store_true, append)
+JOB_ARGUMENTS: dict[str, dict] = {
+    "--config": dict(required=True, help="text-format JobConfig"),
+    "--input": dict(action="append", help="input pattern or directory (replaces the config's)"),
+    "--output": dict(help="output directory (replaces output.path)"),
+    "--seed": dict(type=int, help="replaces the config's seed"),
+    "--overwrite": dict(action="store_true",
+                        help="replace an existing output (it stays readable until the new one is committed)"),
+    "--break-claim": dict(action="store_true",
+                          help="take over an output whose claim is stale (a run that crashed on another host)"),
+}
+_WRITABLE_ACTIONS = (None, "store_true", "append")
+
+
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+def add_job_arguments(p: argparse.ArgumentParser, changed: dict[str, dict] | None = None) -> None:
+    """Adds the job arguments; changed: per flag, the settings that differ for this command (submit
+    requires --output)."""
+    for flag, settings in JOB_ARGUMENTS.items():
+        assert settings.get("action") in _WRITABLE_ACTIONS, f"job_argv cannot write {flag} back"
+        p.add_argument(flag, **{**settings, **(changed or {}).get(flag, {})})
+
+
+def job_argv(args: argparse.Namespace) -> list[str]:
+    """The job arguments of args as a `shardmill run` command line (what submit hands on)."""
+    argv: list[str] = []
+    for flag, settings in JOB_ARGUMENTS.items():
+        value = getattr(args, _dest(flag))
+        if settings.get("action") == "store_true":
+            argv += [flag] if value else []
+        elif settings.get("action") == "append":
+            for item in value or []:
+                argv += [flag, item]
+        elif value is not None:
+            argv += [flag, str(value)]
+    return argv
+
 
 def add_parser(subparsers, common: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
@@ -18,14 +62,7 @@ def add_parser(subparsers, common: argparse.ArgumentParser) -> argparse.Argument
         f"section picks the kind: {kinds_text('; ')}. Unknown options go to Beam (e.g. --runner, "
         "--direct_running_mode=multi_processing --direct_num_workers=2).",
     )
-    p.add_argument("--config", required=True, help="text-format JobConfig")
-    p.add_argument("--input", action="append", help="input pattern or directory (replaces the config's)")
-    p.add_argument("--output", help="output directory (replaces output.path)")
-    p.add_argument("--seed", type=int, help="replaces the config's seed")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace an existing output (it stays readable until the new one is committed)")
-    p.add_argument("--break-claim", action="store_true",
-                   help="take over an output whose claim is stale (a run that crashed on another host)")
+    add_job_arguments(p)
     p.add_argument("--dry-run", action="store_true",
                    help="check everything the run checks before work (config, inputs, plan, output, "
                    "--overwrite), build and serialize the pipeline graph, print it; run nothing")

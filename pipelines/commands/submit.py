@@ -36,6 +36,7 @@ import sys
 import sysconfig
 
 from shardmill.pipelines.commands import Command
+from shardmill.pipelines.commands.run import add_job_arguments, job_argv
 
 RUNNERS = {"dataflow": "DataflowRunner", "flink": "FlinkRunner"}
 FLINK_ENVIRONMENTS = ("external", "docker")
@@ -54,11 +55,8 @@ def add_parser(subparsers, common: argparse.ArgumentParser) -> argparse.Argument
         description=__doc__.split("\n\n")[1].replace("\n", " "),
     )
     p.add_argument("--runner", choices=sorted(RUNNERS), default="dataflow")
-    p.add_argument("--config", required=True, help="text-format JobConfig")
-    p.add_argument("--output", required=True, help="output directory (gs:// for Dataflow)")
-    p.add_argument("--input", action="append", help="input pattern or directory (replaces the config's)")
-    p.add_argument("--seed", type=int, help="replaces the config's seed")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    # run's own arguments, every one of them: the submission is that run
+    add_job_arguments(p, {"--output": dict(required=True, help="output directory (gs:// for Dataflow)")})
     p.add_argument("--dry-run", action="store_true",
                    help="validate for the runner, build the graph, print the commands; submit nothing")
     p.add_argument("--wheel", help="the shardmill wheel the workers install (default: build one of --checkout)")
@@ -150,15 +148,8 @@ def plan(args: argparse.Namespace, beam_args: list[str]) -> Submission:
         build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", os.path.join(checkout, "dist"),
                  checkout]
         wheel = os.path.join(checkout, "dist", wheel_name(shardmill_version()))
-    job = ["--config", args.config, "--output", args.output]
-    for pattern in args.input or []:
-        job += ["--input", pattern]
-    if args.seed is not None:
-        job += ["--seed", str(args.seed)]
-    if args.overwrite:
-        job.append("--overwrite")
     # The user's own Beam options come last: later options win.
-    run = [sys.executable, "-m", "shardmill.pipelines.cli", "run", *job, *runner_args,
+    run = [sys.executable, "-m", "shardmill.pipelines.cli", "run", *job_argv(args), *runner_args,
            f"--extra_package={wheel}", *beam_args]
     return Submission(build, wheel, run)
 

@@ -51,6 +51,13 @@ def test_an_unknown_option_is_refused_with_the_nearest_known_one(job, capsys, ar
     assert not os.path.exists(out)  # refused before anything started
 
 
+def test_submit_takes_every_option_of_run():
+    _, parsers = cli.build_parser()
+    run_options = set(parsers["run"]._option_string_actions)
+    missing = sorted(run_options - set(parsers["submit"]._option_string_actions))
+    assert not missing, f"shardmill submit lacks run's {missing}"
+
+
 def test_inspect_takes_no_beam_options(tmp_path, capsys):
     assert cli.main(["inspect", str(tmp_path), "--runner=DirectRunner"]) == 2
     assert "not an option of shardmill inspect" in capsys.readouterr().err

@@ -94,6 +94,22 @@ def test_flink_docker_environment_and_user_beam_options_come_last(config, tmp_pa
     assert submission.endswith("--max_parallelism=4")
 
 
+def test_the_submitted_run_gets_every_job_argument_given_to_submit(config, tmp_path):
+    from shardmill.pipelines import cli
+    from shardmill.pipelines.commands import submit as submit_command
+
+    wheel = tmp_path / "shardmill-0-py3-none-any.whl"
+    wheel.write_bytes(b"")
+    parser, parsers = cli.build_parser()
+    given = ["--config", config, "--input", "a/*.tar", "--input", "b", "--output", str(tmp_path / "o"),
+             "--seed", "7", "--overwrite", "--break-claim"]
+    args = parser.parse_args(["submit", "--runner", "flink", "--flink-master", "h:1", "--wheel", str(wheel), *given])
+    run_argv = submit_command.plan(args, []).run[4:]
+    submitted, _ = parsers["run"].parse_known_args(run_argv)  # the rest: the runner's Beam options
+    expected = parsers["run"].parse_args(given)
+    assert vars(submitted) == vars(expected)
+
+
 def test_help_exits_0():
     result = submit("--help")
     assert result.returncode == 0 and "--flink-master" in result.stdout
