@@ -12,6 +12,7 @@ import math
 from google.protobuf import text_format
 
 from shardmill.proto import shardmill_config_pb2 as config_pb2
+from shardmill.transforms.job import ConfigError  # noqa: F401 (the commands' name for it)
 from shardmill.transforms.output.shard_count import MAX_SHARDS
 
 JobConfig = config_pb2.JobConfig
@@ -21,10 +22,6 @@ TokenSplit = config_pb2.TokenSplit
 _MOVED_FIELDS = {"index": "lc0 settings go inside lc0 { index { ... } }",
                  "chunk_pool": "lc0 settings go inside lc0 { chunk_pool { ... } }",
                  "record_format": "the job section (lc0, label_sampling or token_dataset) says what the records are"}
-
-
-class ConfigError(ValueError):
-    """An invalid job configuration; the message names the file and/or field."""
 
 
 def parse_config(text: str, source: str = "<config>") -> JobConfig:

@@ -28,6 +28,11 @@ import importlib
 from typing import Any, TypedDict
 
 
+class ConfigError(ValueError):
+    """An invalid job configuration; the message names the file and/or field. Raised by the commands'
+    config checks and by a kind's own (validate, plan), so it sits here, below both."""
+
+
 class _RequiredOutputs(TypedDict):
     shard_refs: Any  # PCollection of (shard, (spill path, batch index)) pairs
     num_shards: Any  # PCollection of one int

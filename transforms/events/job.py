@@ -31,7 +31,7 @@ from shardmill.transforms.events.readers import (HIVE_NULL, column_names, event_
                                                  scan_events)
 from shardmill.transforms.events.sampling import exact_cut, exact_keep_count, exact_threshold
 from shardmill.transforms.events.schema import PartitionSchema, unify_schemas
-from shardmill.transforms.job import JobOutputs
+from shardmill.transforms.job import ConfigError, JobOutputs
 from shardmill.transforms.output.lifecycle import RunPaths
 
 _LOG = logging.getLogger(__name__)
@@ -260,7 +260,6 @@ def check_label_column(files: list[str], options: EventReadOptions, opener=None)
 
     Reads only heads, and stops at the first file that has it; a column missing from some files only
     stays their dead letter. Unreadable files are left to the run, which dead-letters them."""
-    from shardmill.pipelines.config import ConfigError
 
     first, probed = None, 0
     for path in files:
@@ -282,7 +281,6 @@ def check_label_column(files: list[str], options: EventReadOptions, opener=None)
 
 def check_partition_by(files: list[str], inputs: list[str], keys: tuple[str, ...]) -> None:
     """ConfigError when a partition_by key is in no input file's folders."""
-    from shardmill.pipelines.config import ConfigError
 
     if not keys:
         return

@@ -8,7 +8,7 @@ import math
 
 from shardmill.transforms.events.formats import (ASSUMED_INFLATION, EVENT_SUFFIXES, arrow_type, compression_of,
                                                  format_of)
-from shardmill.transforms.job import JobKind
+from shardmill.transforms.job import ConfigError, JobKind
 
 _LOG = logging.getLogger(__name__)
 
@@ -31,7 +31,6 @@ def check_label_in_files(files: list[str], inputs: list[str], options) -> None:
 
     A folder's value is one per file, so a label from folders makes every file all targets or all
     non-targets, which the one-pass modes (sampling each file on its own) can't hold a ratio over."""
-    from shardmill.pipelines.config import ConfigError
     from shardmill.transforms.events.job import check_label_column
     from shardmill.transforms.events.partitions import common_root, relative_name
     from shardmill.transforms.events.readers import hive_values
@@ -58,7 +57,6 @@ def check_column_types(files: list[str], options, opener=None) -> None:
     that some files have is fine (columns come and go). With column_names, validate checks the keys."""
     import pyarrow as pa
 
-    from shardmill.pipelines.config import ConfigError
     from shardmill.transforms.events.job import MAX_PROBED_FILES
     from shardmill.transforms.events.readers import column_names
 
@@ -167,8 +165,6 @@ class LabelsKind(JobKind):
     input_suffixes = EVENT_SUFFIXES
 
     def validate(self, config) -> None:
-        from shardmill.pipelines.config import ConfigError
-
         labels = config.label_sampling
         if not labels.label_column:
             raise ConfigError("label_sampling.label_column: required")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from shardmill.transforms.job import JobKind
+from shardmill.transforms.job import ConfigError, JobKind
 
 SOURCE_SUFFIXES = (".gz", ".tar")
 COMPRESSED_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")  # refused with their own reason
@@ -58,8 +58,6 @@ class Lc0Kind(JobKind):
     input_suffixes = LC0_INPUT_SUFFIXES
 
     def validate(self, config) -> None:
-        from shardmill.pipelines.config import ConfigError
-
         index = config.lc0.index
         if not 1 << 20 <= index.max_chunk_bytes <= 1 << 32:
             raise ConfigError(f"lc0.index.max_chunk_bytes: must be in 1 MiB..4 GiB, got {index.max_chunk_bytes}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from shardmill.transforms.job import JobKind
+from shardmill.transforms.job import ConfigError, JobKind
 
 
 class TokensKind(JobKind):
@@ -16,7 +16,6 @@ class TokensKind(JobKind):
     input_suffixes = None  # the corpora are named by token_dataset
 
     def validate(self, config) -> None:
-        from shardmill.pipelines.config import ConfigError
         from shardmill.transforms.tokens.megatron_blend import blend_weight_sum
         from shardmill.transforms.tokens.plan import split_name
 
