@@ -596,8 +596,11 @@ def _run_limited(config, limit_gib: float = 3, timeout: int = 600):
            "code = cli.main(['run', '--config', sys.argv[1]]); "
            "print('peak_rss_kib', max(resource.getrusage(w).ru_maxrss for w in (resource.RUSAGE_SELF, "
            "resource.RUSAGE_CHILDREN))); sys.exit(code)")
+    # Freed pages returned at once: the command's purge delay keeps them a moment for speed, and how long a
+    # moment is under a loaded CPU would make the peak a measure of scheduling, not of what the run holds.
+    env = {**os.environ, "MIMALLOC_PURGE_DELAY": "0"}
     result = subprocess.run([sys.executable, "-c", run, str(config)], capture_output=True, text=True,
-                            timeout=timeout, preexec_fn=cap, cwd="/")
+                            timeout=timeout, preexec_fn=cap, cwd="/", env=env)
     peaks = [int(line.split()[1]) for line in result.stdout.splitlines() if line.startswith("peak_rss_kib ")]
     return result, (peaks[0] >> 10 if peaks else -1)
 
