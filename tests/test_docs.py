@@ -1,5 +1,7 @@
-"""docs/config.md is what docs/config_reference.py generates from the proto's comments, and says it when stale."""
+"""The documentation holds together: docs/config.md is what docs/config_reference.py generates from the proto's
+comments (and says it when stale), and every relative link of README.md and docs/*.md resolves."""
 
+import glob
 import importlib.util
 import os
 import re
@@ -129,3 +131,71 @@ def test_a_schema_protoc_refuses_exits_2_naming_it(tmp_path, capfd):
     assert config_reference.main(["--proto", str(proto)]) == 2
     err = capfd.readouterr().err
     assert f"{proto}: protoc failed (exit 1)" in err and "strin" in err
+
+
+# Relative links of README.md and docs/*.md: every file and anchor they name exists.
+
+def _without_code(text: str) -> str:
+    """The page's text with fenced blocks and inline code removed: a link inside code is not a link."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.MULTILINE | re.DOTALL)
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
+def heading_anchors(text: str) -> set[str]:
+    """The anchors GitHub gives a page's headings: inline markup dropped, lower case, punctuation but `-` and
+    `_` removed, spaces made `-`; a repeated heading gets `-1`, `-2`, ..."""
+    anchors: set[str] = set()
+    for heading in re.findall(r"^#{1,6} +(.+?) *#*$", re.sub(r"^```.*?^```", "", text, flags=re.M | re.S), re.M):
+        plain = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading).replace("`", "").replace("*", "")
+        slug = re.sub(r"[^\w\- ]", "", plain.lower()).replace(" ", "-")
+        anchor, n = slug, 0
+        while anchor in anchors:
+            n += 1
+            anchor = f"{slug}-{n}"
+        anchors.add(anchor)
+    return anchors
+
+
+def broken_links(page: str) -> list[str]:
+    """The relative links of a Markdown page whose file or anchor does not exist, as `target: why`."""
+    with open(page) as f:
+        text = f.read()
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", _without_code(text)):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto:: not relative
+            continue
+        path, _, anchor = target.partition("#")
+        linked = os.path.normpath(os.path.join(os.path.dirname(page), path)) if path else page
+        if not os.path.exists(linked):
+            broken.append(f"{target}: no file {os.path.relpath(linked, REPO)}")
+        elif anchor and linked.endswith(".md"):
+            with open(linked) as f:
+                if anchor not in heading_anchors(f.read()):
+                    broken.append(f"{target}: no heading with anchor #{anchor} in {os.path.relpath(linked, REPO)}")
+    return broken
+
+
+def _documentation_pages() -> list[str]:
+    return ["README.md", *sorted(os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "docs", "*.md")))]
+
+
+@pytest.mark.parametrize("page", _documentation_pages())
+def test_relative_links_resolve(page):
+    assert broken_links(os.path.join(REPO, page)) == []
+
+
+def test_anchors_follow_githubs_rule():
+    page = "# Title\n## Token datasets (Megatron `.idx/.bin`)\n## A, b: c_d\n## A, b: c_d\n```\n# not a heading\n```\n"
+    assert heading_anchors(page) == {"title", "token-datasets-megatron-idxbin", "a-b-c_d", "a-b-c_d-1"}
+
+
+def test_a_missing_file_or_anchor_is_reported(tmp_path):
+    (tmp_path / "other.md").write_text("# Other\n## Its part\n")
+    page = tmp_path / "page.md"
+    page.write_text("# Page\n[ok](other.md#its-part) [self](#page) [web](https://example.com/x.md)\n"
+                    "`[code](nowhere.md)` [gone](missing.md) [no anchor](other.md#nothing)\n"
+                    "[no local anchor](#elsewhere)\n")
+    assert broken_links(str(page)) == [
+        "missing.md: no file " + os.path.relpath(str(tmp_path / "missing.md"), REPO),
+        "other.md#nothing: no heading with anchor #nothing in " + os.path.relpath(str(tmp_path / "other.md"), REPO),
+        "#elsewhere: no heading with anchor #elsewhere in " + os.path.relpath(str(page), REPO)]
