@@ -1,6 +1,6 @@
 """Rows/s through the training-loop adapters against the plain reader, side by side in one process.
 
-    python benchmarks/bench_adapters.py [--rounds 3]
+    python -m benchmarks.bench_adapters [--rounds 3]
 
 On the same shards (4 x 250k rows of 100 B; 4 x 15k lc0-sized 8356 B
 frames), 256-row batches, shuffled, interleaved over rounds (the order
@@ -13,29 +13,25 @@ that none pays the page faults of buffers another variant left cold):
   grain_source_seq    ShardDataSource read in record order (a row group per miss)
   grain_source_shuf   ShardDataSource through Grain's IndexSampler, shuffled (a
                       row group per miss: the random-access cost), first 5k rows
-Reports rows/s and the ratio to the reader of the same round.
+Reports rows/s (median and spread over rounds) and the ratio to the reader of
+the same round (median and spread).
 """
 
 from __future__ import annotations
 
 import argparse
 import atexit
-import json
 import os
 import shutil
-import statistics
-import sys
 import tempfile
-import time
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads: its threads would only spin here
 
 import grain  # noqa: E402
 import torch  # noqa: E402
 
-from shardmill.native_ext import ShardReader  # noqa: E402
-from shardmill.native_ext import OrderOptions
+from benchmarks.harness import emit, interleaved_rounds, rates_of, versus  # noqa: E402
+from shardmill.native_ext import OrderOptions, ShardReader  # noqa: E402
 from shardmill.native_ext.grain_dataset import ShardDataSource, ShardIterDataset  # noqa: E402
 from shardmill.native_ext.torch_dataset import ShardIterableDataset  # noqa: E402
 from tests.datagen.shards import write_output  # noqa: E402
@@ -99,20 +95,10 @@ def main():
     for name, (rows, width, group_rows) in DATASETS.items():
         directory = os.path.join(work, name)
         write_output(directory, [rows] * 4, row_group_rows=group_rows, width=width, nullable=False)
-        rates = {v: [] for v in VARIANTS}
-        order = list(VARIANTS)
-        for round_ in range(args.rounds):
-            # A different order each round: whichever runs first pays the process's cold caches.
-            for variant in order[round_ % len(order):] + order[:round_ % len(order)]:
-                run = VARIANTS[variant]
-                run(directory)  # warm: a reader after other work first faults its window buffers in
-                start = time.perf_counter()
-                served = run(directory)
-                rates[variant].append(served / (time.perf_counter() - start))
-        ratios = {v: statistics.median(r / b for r, b in zip(rates[v], rates["reader"])) for v in VARIANTS}
-        report[name] = {v: {"rows_per_s": round(statistics.median(rates[v])), "vs_reader": round(ratios[v], 3)}
-                        for v in VARIANTS}
-    print(json.dumps(report, indent=1))
+        runs = interleaved_rounds({v: (lambda run=run: run(directory)) for v, run in VARIANTS.items()},
+                                  args.rounds, warm_each=True)
+        report[name] = versus({v: rates_of(r) for v, r in runs.items()}, "reader", "rows_per_s", "vs_reader")
+    emit(report)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """String-heavy outputs: the reader (strings and lists through Arrow) vs pyarrow iter_batches + a numpy shuffle.
 
-    python benchmarks/bench_arrow_columns.py [--rows 400000] [--rounds 3]
+    python -m benchmarks.bench_arrow_columns [--rows 400000] [--rounds 3]
 
 A label-sampling output (every row kept) of event logs with an int64 id, a
 URL (~70 bytes), a user (~12 bytes, 9 % nulls), a list of 0-3 tags, a
@@ -14,26 +14,24 @@ process, one epoch of batches of 256 rows with every column:
 - reader numpy: ShardReader with arrow_columns_as="numpy";
 - reader offsets: ShardReader with arrow_columns_as="offsets" (strings and lists as offsets + values).
 
-Prints one JSON object: rows/s per way and round, best round each, ratio to pyarrow.
+Prints one JSON object: rows/s per way and round, best round each, ratio to pyarrow; and per way the
+median rows/s and its per-round ratio to pyarrow, with their spreads ("median_of_rounds").
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import itertools
 import os
-import sys
 import tempfile
-import time
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from shardmill.native_ext import OrderOptions, ShardReader, load_manifest  # noqa: E402
-from shardmill.pipelines import cli  # noqa: E402
+from benchmarks.harness import emit, interleaved_rounds, rates_of, versus
+from shardmill.native_ext import OrderOptions, ShardReader, load_manifest
+from shardmill.pipelines import cli
 
 BATCH = 256
 
@@ -92,16 +90,14 @@ def main() -> None:
             "reader (Arrow arrays)": lambda s: reader_epoch(out, s, "arrow"),
             "reader (numpy objects)": lambda s: reader_epoch(out, s, "numpy"),
             "reader (offsets + values)": lambda s: reader_epoch(out, s, "offsets")}
-    rounds = {name: [] for name in ways}
-    for r in range(args.rounds):
-        for name, epoch in ways.items():
-            start = time.perf_counter()
-            rows = epoch(r)
-            rounds[name].append(round(rows / (time.perf_counter() - start)))
-    best = {name: max(values) for name, values in rounds.items()}
+    seeds = {name: itertools.count() for name in ways}  # round r shuffles with seed r, every way alike
+    runs = interleaved_rounds({name: (lambda name=name: ways[name](next(seeds[name]))) for name in ways}, args.rounds)
+    rates = {name: rates_of(r) for name, r in runs.items()}
+    best = {name: round(max(values)) for name, values in rates.items()}
     base = best["pyarrow iter_batches + numpy shuffle"]
-    print(json.dumps({"rows": args.rows, "batch": BATCH, "rows_per_s": rounds, "best": best,
-                      "ratio_to_pyarrow": {n: round(b / base, 2) for n, b in best.items()}}, indent=1))
+    emit({"rows": args.rows, "batch": BATCH, "rows_per_s": {n: [round(v) for v in r] for n, r in rates.items()},
+          "best": best, "ratio_to_pyarrow": {n: round(b / base, 2) for n, b in best.items()},
+          "median_of_rounds": versus(rates, "pyarrow iter_batches + numpy shuffle", "rows_per_s", "ratio_to_pyarrow")})
 
 
 if __name__ == "__main__":

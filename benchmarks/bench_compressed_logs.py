@@ -1,14 +1,14 @@
 """The label job on gzip-compressed CSV vs the same CSV plain, and on a log of 10^4 columns; or its peak memory
 on one compressed log against the log's inflated size.
 
-    python benchmarks/bench_compressed_logs.py [--rows 1000000] [--files 4] [--rounds 2]
-    python benchmarks/bench_compressed_logs.py --peak-memory 30,300,3000 [--pythonpath DIR] [--limit-gib 3]
+    python -m benchmarks.bench_compressed_logs [--rows 1000000] [--files 4] [--rounds 2]
+    python -m benchmarks.bench_compressed_logs --peak-memory 30,300,3000 [--pythonpath DIR] [--limit-gib 3]
 
 --peak-memory: per size (MB inflated), one gzip CSV log of that size (a
 65,536-row block of ~70 B rows, ids running on, 0.5 % clicks, gzip level
-1), run through `shardmill run` (ADAPTIVE ratio 4) in a fresh process; the
-peak RSS of its whole process tree (sampled every 20 ms) and the records
-read against the rows written. --pythonpath runs another shardmill (e.g.
+1), run through `shardmill run` (ADAPTIVE ratio 4) in a fresh process; its
+peak RSS (from wait4: see benchmarks/harness.py) and the records read
+against the rows written. --pythonpath runs another shardmill (e.g.
 an older one) the same way; --limit-gib caps each run's address space.
 
 Event logs of `--files` CSV files (id, user, url, country, clicked; ~70 B a
@@ -18,7 +18,8 @@ and gzip alternating in the same process. A plain file larger than
 max_partition_bytes is split into ranges; a compressed one is read whole
 (one partition per file). Then one CSV of 10^4 columns x 20 rows, end to end.
 
-Prints one JSON object: seconds and rows/s per round, best rounds, the gzip/plain ratio.
+Prints one JSON object: seconds and rows/s per round, best rounds, the gzip/plain ratio (of the best
+rounds, and per round with its spread).
 """
 
 from __future__ import annotations
@@ -27,18 +28,13 @@ import argparse
 import gzip
 import json
 import os
-import resource
-import subprocess
-import sys
 import tempfile
-import time
 import zlib
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from shardmill.pipelines import cli  # noqa: E402
+from benchmarks.harness import emit, interleaved_rounds, paired_ratio, progress, python_child, run_child, timed
+from shardmill.pipelines import cli
 
 
 def write_logs(directory: str, rows: int, files: int, compress: bool) -> None:
@@ -60,14 +56,12 @@ def write_logs(directory: str, rows: int, files: int, compress: bool) -> None:
                 f.write(text)
 
 
-def run(inputs: str, out: str) -> float:
+def run(inputs: str, out: str) -> None:
     config = out + ".textproto"
     with open(config, "w") as f:
         f.write(f'input: "{inputs}"\nseed: 1\noutput {{ path: "{out}" num_shards: 4 overwrite: true }}\n'
                 'label_sampling { label_column: "clicked" ratio: 4 }\n')
-    start = time.perf_counter()
     assert cli.main(["-q", "run", "--config", config]) == 0
-    return time.perf_counter() - start
 
 
 _BLOCK_ROWS = 1 << 16
@@ -106,37 +100,18 @@ sys.exit(cli.main(["-q", "run", "--config", sys.argv[1]]))
 
 
 def peak_memory_run(log_dir: str, out: str, pythonpath: str, limit_gib: float) -> dict:
-    """One label run in a fresh process: seconds, exit code, peak RSS of its process tree, the manifest's counts."""
-    import psutil
-
+    """One label run in a fresh process: seconds, exit code, peak RSS, the manifest's counts."""
     config = out + ".textproto"
     with open(config, "w") as f:
         f.write(f'input: "{log_dir}"\nseed: 1\noutput {{ path: "{out}" overwrite: true }}\n'
                 'label_sampling { label_column: "clicked" ratio: 4 }\n')
     env = dict(os.environ, PYTHONPATH=pythonpath) if pythonpath else None
-
-    def limit():
-        if limit_gib:
-            cap = int(limit_gib * (1 << 30))
-            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-
-    start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", _RUN, config], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env=env, cwd="/", preexec_fn=limit)
-    tree = psutil.Process(proc.pid)
-    peak = 0
-    while proc.poll() is None:
-        try:
-            rss = sum(p.memory_info().rss for p in [tree, *tree.children(recursive=True)])
-        except psutil.Error:
-            rss = 0
-        peak = max(peak, rss)
-        time.sleep(0.02)
-    seconds = time.perf_counter() - start
-    err = proc.stderr.read().decode(errors="replace").strip().splitlines()
-    result = {"exit": proc.returncode, "seconds": round(seconds, 1), "peak_rss_tree_mib": round(peak / (1 << 20))}
+    done = run_child(python_child(_RUN, config), env=env, cwd="/",
+                     address_limit_bytes=int(limit_gib * (1 << 30)) if limit_gib else None)
+    err = done.stderr.strip().splitlines()
+    result = {"exit": done.returncode, "seconds": round(done.seconds, 1), "peak_rss_mib": round(done.peak_rss_mib)}
     manifest_path = os.path.join(out, ".manifest.json")
-    if proc.returncode == 0 and os.path.exists(manifest_path):
+    if done.returncode == 0 and os.path.exists(manifest_path):
         with open(manifest_path) as f:
             acc = json.load(f)["stats"]["accounting"]
         result.update(records_read=acc["records_read"], records_written=acc["records_written"],
@@ -158,7 +133,7 @@ def peak_memory(sizes_mb: list[int], pythonpath: str, limit_gib: float) -> dict:
         report[f"{size}MB"] = {"inflated_mb": size, "compressed_mb": round(os.path.getsize(path) / 1e6, 1),
                                "rows_written": rows, **run, "every_record_read": run.get("records_read") == rows}
         os.remove(path)
-        print(json.dumps({f"{size}MB": report[f"{size}MB"]}), file=sys.stderr, flush=True)
+        progress({f"{size}MB": report[f"{size}MB"]})
     return report
 
 
@@ -173,29 +148,30 @@ def main() -> None:
     args = parser.parse_args()
     if args.peak_memory:
         sizes = [int(s) for s in args.peak_memory.split(",")]
-        print(json.dumps(peak_memory(sizes, args.pythonpath, args.limit_gib), indent=1))
+        emit(peak_memory(sizes, args.pythonpath, args.limit_gib))
         return
     work = tempfile.mkdtemp(prefix="bench_compressed_logs_")
     inputs = {"plain": os.path.join(work, "plain"), "gzip": os.path.join(work, "gzip")}
     for name, directory in inputs.items():
         write_logs(directory, args.rows, args.files, name == "gzip")
     sizes = {name: sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d)) for name, d in inputs.items()}
-    rounds = {name: [] for name in inputs}
-    for _ in range(args.rounds):
-        for name, directory in inputs.items():
-            seconds = run(directory, os.path.join(work, f"out-{name}"))
-            rounds[name].append({"seconds": round(seconds, 2), "rows_per_s": round(args.rows / seconds)})
+    runs = interleaved_rounds({name: (lambda name=name: run(inputs[name], os.path.join(work, f"out-{name}")))
+                               for name in inputs}, args.rounds)
+    rounds = {name: [{"seconds": round(r.seconds, 2), "rows_per_s": round(args.rows / r.seconds)} for r in results]
+              for name, results in runs.items()}
     best = {name: max(r["rows_per_s"] for r in values) for name, values in rounds.items()}
+    per_round = paired_ratio(*([args.rows / r.seconds for r in runs[name]] for name in ("gzip", "plain")))
     wide = os.path.join(work, "wide")
     os.makedirs(wide)
     with open(os.path.join(wide, "wide.csv"), "w") as f:
         f.write(",".join([f"c{i}" for i in range(10_000)] + ["clicked"]) + "\n")
         for r in range(20):
             f.write(",".join(str(j) for j in range(10_000)) + f",{r % 2}\n")
-    wide_seconds = run(wide, os.path.join(work, "out-wide"))
-    print(json.dumps({"rows": args.rows, "files": args.files, "input_bytes": sizes, "rounds": rounds, "best": best,
-                      "gzip_over_plain": round(best["gzip"] / best["plain"], 2),
-                      "wide_10000_columns_seconds": round(wide_seconds, 2)}, indent=1))
+    wide_seconds = timed(lambda: run(wide, os.path.join(work, "out-wide"))).seconds
+    emit({"rows": args.rows, "files": args.files, "input_bytes": sizes, "rounds": rounds, "best": best,
+          "gzip_over_plain": round(best["gzip"] / best["plain"], 2),
+          "gzip_over_plain_per_round": per_round["per_round"], "gzip_over_plain_spread": per_round["spread"],
+          "wide_10000_columns_seconds": round(wide_seconds, 2)})
 
 
 if __name__ == "__main__":

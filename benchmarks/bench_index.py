@@ -7,33 +7,30 @@ process (so machine noise hits every variant alike), indexes them with:
   scan        shardmill's index kernel, CountMethod SCAN (the default)
   trailer     shardmill's index kernel, CountMethod TRAILER
   pipeline    `shardmill count` stages on the in-process Beam runner (SCAN)
-Prints one JSON object: per variant the median seconds, chunks/s, archive
-MB/s and the speed-up over naive. The archives sit in the page cache, so this
-measures CPU cost, not disk.
+Prints one JSON object: per variant the median seconds (and their spread),
+chunks/s, archive MB/s and the speed-up over naive (per round: median and
+spread). The archives sit in the page cache, so this measures CPU cost, not
+disk.
 
-    python benchmarks/bench_index.py [--archives 8 --games 100 --rounds 3]
+    python -m benchmarks.bench_index [--archives 8 --games 100 --rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
-import json
 import os
 import statistics
-import sys
 import tarfile
 import tempfile
-import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from apache_beam.options.pipeline_options import PipelineOptions
 
-from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
-
-from shardmill.transforms.lc0.chunk_index import index_source  # noqa: E402
-from shardmill.transforms.lc0.count import run_count  # noqa: E402
-from shardmill.transforms.lc0.record_format import RECORD_SIZES  # noqa: E402
-from tests.datagen.lc0 import write_dataset  # noqa: E402
+from benchmarks.harness import emit, interleaved_rounds, paired_ratio, seconds_of, summary
+from shardmill.transforms.lc0.chunk_index import index_source
+from shardmill.transforms.lc0.count import run_count
+from shardmill.transforms.lc0.record_format import RECORD_SIZES
+from tests.datagen.lc0 import write_dataset
 
 
 def naive(paths):
@@ -77,20 +74,15 @@ def main():
     archive_bytes = sum(os.path.getsize(p) for p in paths)
     variants = {"naive": naive, "decompress": kernel("decompress"), "scan": kernel("scan"),
                 "trailer": kernel("trailer"), "pipeline": pipeline}
-    times = {name: [] for name in variants}
-    answers = {}
-    for _ in range(args.rounds):
-        for name, fn in variants.items():
-            start = time.perf_counter()
-            answers[name] = fn(paths)
-            times[name].append(time.perf_counter() - start)
+    runs = interleaved_rounds({name: (lambda fn=fn: fn(paths)) for name, fn in variants.items()}, args.rounds)
+    times = {name: seconds_of(r) for name, r in runs.items()}
+    answers = {name: r[-1].value for name, r in runs.items()}
     # Every variant must give the truth's answer; TRAILER (by design) reports
     # the last member's records for chunks split into members between records.
     for name, answer in answers.items():
         expected = truth.expected_counts("trailer" if name == "trailer" else "scan")
         assert answer == (len(expected), sum(expected.values())), f"{name} miscounted: {answer}"
     chunks, records = answers["naive"]
-    base = statistics.median(times["naive"])
     report = {
         "archives": len(paths), "chunks": chunks, "records": records,
         "archive_mb": round(archive_bytes / 1e6, 1), "uncompressed_mb": round(records * 8356 / 1e6, 1),
@@ -98,11 +90,13 @@ def main():
     }
     for name, ts in times.items():
         t = statistics.median(ts)
+        speedup = paired_ratio(times["naive"], ts)  # naive's seconds over this variant's, per round
         report["variants"][name] = {
-            "seconds": round(t, 4), "chunks_per_s": round(chunks / t, 1),
-            "archive_mb_per_s": round(archive_bytes / 1e6 / t, 1), "speedup_vs_naive": round(base / t, 2),
+            "seconds": round(t, 4), "seconds_spread": summary(ts)["spread"], "chunks_per_s": round(chunks / t, 1),
+            "archive_mb_per_s": round(archive_bytes / 1e6 / t, 1), "speedup_vs_naive": round(speedup["median"], 2),
+            "speedup_vs_naive_spread": speedup["spread"],
         }
-    print(json.dumps(report, indent=1))
+    emit(report)
 
 
 if __name__ == "__main__":

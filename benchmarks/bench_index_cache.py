@@ -14,33 +14,25 @@ Reports the index stage's seconds (the indexing DoFn's time: reading sources or 
 entries), the whole pipeline's, the ratio of each way's index stage to the first run's, and the sources read
 from the cache.
 
-    python benchmarks/bench_index_cache.py [--sources 10000] [--members 50] [--layout archives|loose]
-                                           [--rounds 2] [--data-root DIR]
+    python -m benchmarks.bench_index_cache [--sources 10000] [--members 50] [--layout archives|loose]
+                                          [--rounds 2] [--data-root DIR]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import statistics
-import subprocess
-import sys
 import tempfile
 
-REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-sys.path.insert(0, REPO)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from bench_scale import small_games, write_archives, write_loose_games  # noqa: E402
+from benchmarks.harness import emit, last_json_line, paired_ratio, python_child, run_child
+from tests.datagen.lc0 import small_games, write_archives, write_loose_games
 
 WAYS = ["no cache", "first run", "rerun, +1%", "rerun, unchanged"]
 
 # One count in this process's child: the index stage timed around the indexing DoFn (in-process runner).
 COUNT_SCRIPT = """
 import json, sys, time
-sys.path.insert(0, sys.argv[1])
 from apache_beam.options.pipeline_options import PipelineOptions
 from shardmill.transforms.lc0 import index_transforms
 from shardmill.transforms.lc0.count import run_count
@@ -56,7 +48,7 @@ def timed(self, files):
     return out
 
 index_transforms._IndexFilesFn.process = timed
-corpus, location = sys.argv[2], sys.argv[3]
+corpus, location = sys.argv[1], sys.argv[2]
 cache = None if location == "none" else IndexCache(location, "scan", 0, 64 << 20)
 start = time.perf_counter()
 result = run_count([corpus], "scan", 0, PipelineOptions([]), cache=cache)
@@ -66,10 +58,7 @@ print(json.dumps({"index_stage": spent[0], "pipeline": time.perf_counter() - sta
 
 
 def count(corpus: str, cache: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", COUNT_SCRIPT, REPO, corpus, cache], capture_output=True, text=True)
-    if done.returncode:
-        raise RuntimeError(done.stderr[-3000:])
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return last_json_line(run_child(python_child(COUNT_SCRIPT, corpus, cache)).check("count").stdout)
 
 
 def add_sources(corpus: str, count_new: int, layout: str, members: int) -> None:
@@ -112,14 +101,17 @@ def main() -> None:
             results["rerun, unchanged"].append(count(corpus, cache))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    median = {way: statistics.median(r["index_stage"] for r in runs) for way, runs in results.items()}
-    print(json.dumps({
+    stage = {way: [r["index_stage"] for r in runs] for way, runs in results.items()}
+    # each way's index stage over the first run's of the same round (its own corpus copy and cache)
+    ratios = {way: paired_ratio(stage[way], stage["first run"]) for way in WAYS}
+    emit({
         "sources": args.sources, "layout": args.layout, "members": args.members, "rounds": args.rounds,
         "index_stage_seconds": {way: [round(r["index_stage"], 2) for r in runs] for way, runs in results.items()},
         "pipeline_seconds": {way: [round(r["pipeline"], 2) for r in runs] for way, runs in results.items()},
         "sources_from_cache": {way: [r["from_cache"] for r in runs] for way, runs in results.items()},
-        "median_ratio_to_first_run": {way: round(median[way] / median["first run"], 3) for way in WAYS},
-    }, indent=1))
+        "median_ratio_to_first_run": {way: ratios[way]["median"] for way in WAYS},
+        "ratio_to_first_run_spread": {way: ratios[way]["spread"] for way in WAYS},
+    })
 
 
 if __name__ == "__main__":

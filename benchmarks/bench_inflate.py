@@ -9,29 +9,25 @@ each inflated whole in one process, variants rotated each round:
 - arrow zlib: pa.decompress(codec="gzip") into a buffer of the known size (the kernel's inflater before);
 - python zlib: zlib.decompress (what a plain script does).
 
-Prints one JSON object: median MB/s of inflated output per variant and its ratio to arrow zlib.
+Prints one JSON object: median MB/s of inflated output per variant and its ratio to arrow zlib (per round),
+each with its spread.
 
-    python benchmarks/bench_inflate.py [--repeat 20 --rounds 5]
+    python -m benchmarks.bench_inflate [--repeat 20 --rounds 5]
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
-import statistics
-import sys
-import time
 import zlib
 
 import numpy as np
 import pyarrow as pa
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from shardmill.native_ext import kernels  # noqa: E402
-from tests.support.paths import SHARED_FIXTURES  # noqa: E402
+from benchmarks.harness import emit, interleaved_rounds, versus
+from shardmill.native_ext import kernels
+from tests.support.paths import SHARED_FIXTURES
 
 RECORD = 8356
 VERSION = 6
@@ -67,21 +63,16 @@ def main() -> None:
 
     variants = {"kernel": kernel, "kernel + copy all": kernel_copy_all, "arrow zlib": arrow_zlib,
                 "python zlib": python_zlib}
-    rates = {name: [] for name in variants}
-    names = list(variants)
-    for r in range(args.rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            start = time.perf_counter()
-            for _ in range(args.repeat):
-                variants[name]()
-            rates[name].append(sum(sizes) * args.repeat / (time.perf_counter() - start) / 1e6)
-    base = statistics.median(rates["arrow zlib"])
-    print(json.dumps({
+    runs = interleaved_rounds({name: (lambda fn=fn: [fn() for _ in range(args.repeat)])
+                               for name, fn in variants.items()}, args.rounds)
+    rates = {name: [sum(sizes) * args.repeat / r.seconds / 1e6 for r in results] for name, results in runs.items()}
+    figures = versus(rates, "arrow zlib", "mb_per_s", "vs_arrow_zlib")
+    emit({
         "chunks": len(chunks), "inflated_mb": round(sum(sizes) / 1e6, 1),
         "compressed_mb": round(sum(len(c) for c in chunks) / 1e6, 2),
-        "mb_per_s": {k: round(statistics.median(v)) for k, v in rates.items()},
-        "vs_arrow_zlib": {k: round(statistics.median(v) / base, 2) for k, v in rates.items()},
-    }, indent=1))
+        **{key: {name: figures[name][key] for name in variants}
+           for key in ("mb_per_s", "mb_per_s_spread", "vs_arrow_zlib", "vs_arrow_zlib_spread")},
+    })
 
 
 if __name__ == "__main__":

@@ -2,14 +2,15 @@
 
 For each workload, each input size (1× and 4×) and each of 2 interleaved
 rounds it runs, as separate processes: the hand-written single-core baseline
-(benchmarks/single_core_baseline.py), `shardmill run` on the in-process
+(`python -m benchmarks.single_core_baseline`), `shardmill run` on the in-process
 runner, and `shardmill run` with 2 worker processes. It reports wall time,
-input records/s, peak memory of the whole process tree (sampled from /proc),
-the throughput ratio of each shardmill mode to the baseline, and how time
-and memory grow from 1× to 4×. Prints one JSON object.
+input records/s, peak memory (the largest process's, from wait4: see
+benchmarks/harness.py), the throughput ratio of each shardmill mode to the
+baseline (per round, with its spread), and how time and memory grow from 1×
+to 4×. Prints one JSON object.
 
-    python benchmarks/bench_job.py [--archives 8 --games 150 --rounds 2 --scales 1,4,16 --data-root DIR]
-    python benchmarks/bench_job.py --archives 32 --scales 1 --rounds 3 --workloads sampled,all_positions
+    python -m benchmarks.bench_job [--archives 8 --games 150 --rounds 2 --scales 1,4,16 --data-root DIR]
+    python -m benchmarks.bench_job --archives 32 --scales 1 --rounds 3 --workloads sampled,all_positions
 
 Modes: the script, shardmill in process, shardmill with 2 worker processes
 (the default set) and `shardmill_rerun_index_cached` (in process, the
@@ -25,20 +26,14 @@ shards; the default), `sampled` (4 passes, threshold 150, 8 positions) and
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 
-REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-sys.path.insert(0, REPO)
-
-from tests.datagen.lc0 import write_dataset  # noqa: E402
+from benchmarks.harness import emit, interleaved_rounds, paired_ratio, run_child, summary
+from tests.datagen.lc0 import write_dataset
 
 # Shards of a fixed target size, so their number grows with the input and a
 # shard writer's memory should not. passes=None: every record once.
@@ -56,45 +51,10 @@ CACHED_MODE = "shardmill_rerun_index_cached"
 BASELINE_MODE = "baseline_shardmill_in_process"
 
 
-def tree_rss_bytes(pid: int) -> int:
-    """Resident memory of a process and all its descendants."""
-    total, stack = 0, [pid]
-    while stack:
-        p = stack.pop()
-        try:
-            with open(f"/proc/{p}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-            for task in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{task}/children") as f:
-                    stack.extend(int(c) for c in f.read().split())
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-    return total
-
-
 def measure(command: list[str]) -> tuple[float, int]:
-    """(wall seconds, peak tree RSS bytes) of a command."""
-    start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    peak = 0
-    done = threading.Event()
-
-    def sample():
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, tree_rss_bytes(process.pid))
-            time.sleep(0.05)
-
-    sampler = threading.Thread(target=sample)
-    sampler.start()
-    _, err = process.communicate()
-    done.set()
-    sampler.join()
-    if process.returncode:
-        raise RuntimeError(f"{command} failed:\n{err.decode()[-3000:]}")
-    return time.perf_counter() - start, peak
+    """(wall seconds, peak RSS bytes) of a command, which must succeed."""
+    run = run_child(command).check(command[0])
+    return run.seconds, run.peak_rss_bytes
 
 
 def records_in(data_dir: str) -> int:
@@ -109,8 +69,7 @@ def records_in(data_dir: str) -> int:
 def commands(data_dir: str, out_dir: str, workload: dict, baseline_python: str | None = None) -> dict[str, list[str]]:
     """Each mode's command line for one workload (the index cache off, but in CACHED_MODE: every run reads
     every source)."""
-    script = [sys.executable, os.path.join(REPO, "benchmarks", "single_core_baseline.py"),
-              data_dir, os.path.join(out_dir, "baseline"), "--target-shard-bytes", str(workload["target_shard_bytes"])]
+    script = [sys.executable, "-m", "benchmarks.single_core_baseline", data_dir, os.path.join(out_dir, "baseline"), "--target-shard-bytes", str(workload["target_shard_bytes"])]
     if workload["passes"] is None:
         pool = ""
         script.append("--all-positions")
@@ -163,7 +122,7 @@ def main():
             report[name] = run_workload(WORKLOADS[name], modes, scales, args, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps(report if len(report) > 1 else next(iter(report.values())), indent=1))
+    emit(report if len(report) > 1 else next(iter(report.values())))
 
 
 def run_workload(workload: dict, modes: list[str], scales: list[int], args, work: str) -> dict:
@@ -176,17 +135,13 @@ def run_workload(workload: dict, modes: list[str], scales: list[int], args, work
         records = records_in(data_dir)
         cmds = {mode: command for mode, command in commands(data_dir, work, workload, args.baseline_python).items()
                 if mode in modes}
-        times = {k: [] for k in cmds}
-        peaks = {k: 0 for k in cmds}
         if CACHED_MODE in cmds:
             shutil.rmtree(os.path.join(work, "index-cache"), ignore_errors=True)
             measure(cmds[CACHED_MODE])  # fills the index cache
-        for _ in range(args.rounds):
-            for name, command in cmds.items():
-                seconds, peak = measure(command)
-                times[name].append(seconds)
-                peaks[name] = max(peaks[name], peak)
-        base = statistics.median(times["single_core_script"])
+        runs = interleaved_rounds({name: (lambda c=command: measure(c)) for name, command in cmds.items()},
+                                  args.rounds)
+        times = {name: [seconds for seconds, _ in (r.value for r in results)] for name, results in runs.items()}
+        peaks = {name: max(peak for _, peak in (r.value for r in results)) for name, results in runs.items()}
         report["sizes"][f"{scale}x"] = {
             "records_in": records,
             "archive_mb": round(sum(os.path.getsize(os.path.join(data_dir, n))
@@ -194,9 +149,14 @@ def run_workload(workload: dict, modes: list[str], scales: list[int], args, work
             "variants": {
                 name: {"seconds": round(statistics.median(ts), 2),
                        "rounds": [round(t, 2) for t in ts],
+                       "seconds_spread": summary(ts)["spread"],
                        "records_in_per_s": round(records / statistics.median(ts)),
                        "peak_rss_mb": round(peaks[name] / 1e6),
-                       "throughput_vs_single_core_script": round(base / statistics.median(ts), 2)}
+                       # per round: the script's seconds over this mode's in the same round
+                       "throughput_vs_single_core_script": round(
+                           paired_ratio(times["single_core_script"], ts)["median"], 2),
+                       "throughput_vs_single_core_script_spread": paired_ratio(times["single_core_script"],
+                                                                               ts)["spread"]}
                 for name, ts in times.items()
             },
         }

@@ -5,42 +5,38 @@ click spacing, bursty clicks, long click-free stretches, and skewed
 partitions (very different sizes and click densities). Then, interleaved
 over rounds in one process, runs `shardmill run` (in-process runner) with
 ITERATIVE, ADAPTIVE, EXACT and the TWO_PASS baseline, and reports per mode
-the median time, events/s, speed vs TWO_PASS, and the achieved ratio's error
-overall and per partition (mean absolute).
+the median time (and its spread), events/s, speed vs TWO_PASS (per round:
+median and spread), and the achieved ratio's error overall and per partition
+(mean absolute).
 
 With --scales, EXACT at growing event counts: label-only logs (one int8
 column, 1 % clicks, 16 partitions), each run a fresh process whose peak RSS
-is read from wait4, EXACT side by side with TWO_PASS (which gathers nothing
+is read from wait4 (benchmarks/harness.py), EXACT side by side with TWO_PASS (which gathers nothing
 globally) and, with --baseline-path, with EXACT of another installed build
 (PYTHONPATH; e.g. the one that gathered k priorities in one element).
-Prints one JSON object.
+Prints one JSON object (with --scales and rounds, the scale runs under "exact_scale").
 
-    python benchmarks/bench_labels.py [--events 10000000 --ratio 10 --rounds 2]
-    python benchmarks/bench_labels.py --rounds 0 --scales 10000000,100000000 [--baseline-path DIR]
+    python -m benchmarks.bench_labels [--events 10000000 --ratio 10 --rounds 2]
+    python -m benchmarks.bench_labels --rounds 0 --scales 10000000,100000000 [--baseline-path DIR]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from apache_beam.options.pipeline_options import PipelineOptions
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
-
-from shardmill.pipelines.config import parse_config, validate  # noqa: E402
-from shardmill.pipelines.run_job import run_job  # noqa: E402
-from shardmill.transforms.common.discovery import expand_inputs  # noqa: E402
+from benchmarks.harness import emit, interleaved_rounds, last_json_line, paired_ratio, run_child, seconds_of, summary
+from shardmill.pipelines.config import parse_config, validate
+from shardmill.pipelines.run_job import run_job
+from shardmill.transforms.common.discovery import expand_inputs
 from shardmill.transforms.events.formats import EVENT_SUFFIXES
 
 MODES = ["ITERATIVE", "ADAPTIVE", "EXACT", "TWO_PASS"]
@@ -82,13 +78,13 @@ def write_logs(directory: str, events: int, seed: int = 0) -> None:
                        os.path.join(directory, f"{name}.parquet"), row_group_size=1 << 20)
 
 
-def run_mode(data_dir: str, out_dir: str, mode: str, ratio: float) -> tuple[float, dict]:
+def run_mode(data_dir: str, out_dir: str, mode: str, ratio: float) -> dict:
+    """One run in this process: the manifest's label-sampling stats."""
     config = validate(parse_config(
         f'input: "{data_dir}"\nseed: 1\noutput {{ num_shards: 8 overwrite: true }}\nmax_error_fraction: 1\n'
         f'label_sampling {{ label_column: "clicked" ratio: {ratio} mode: {mode} }}'))
-    start = time.perf_counter()
     manifest = run_job(config, expand_inputs([data_dir], EVENT_SUFFIXES), out_dir, PipelineOptions([])).manifest
-    return time.perf_counter() - start, manifest["stats"]["label_sampling"]
+    return manifest["stats"]["label_sampling"]
 
 
 def write_label_only_logs(directory: str, events: int, partitions: int = 16, seed: int = 0) -> None:
@@ -99,35 +95,24 @@ def write_label_only_logs(directory: str, events: int, partitions: int = 16, see
                        os.path.join(directory, f"part-{i:03d}.parquet"), row_group_size=1 << 20)
 
 
+# One run in a fresh process: the same run_mode, timed inside the child (its start-up excluded).
 _ONE_RUN = """
 import json, sys, time
-from apache_beam.options.pipeline_options import PipelineOptions
-from shardmill.pipelines.config import parse_config, validate
-from shardmill.transforms.common.discovery import expand_inputs
-from shardmill.transforms.events.formats import EVENT_SUFFIXES
-from shardmill.pipelines.run_job import run_job
+from benchmarks.bench_labels import run_mode
 data_dir, out_dir, mode, ratio = sys.argv[1:5]
-config = validate(parse_config(
-    f'input: "{data_dir}"\\nseed: 1\\noutput {{ num_shards: 8 overwrite: true }}\\nmax_error_fraction: 1\\n'
-    f'label_sampling {{ label_column: "clicked" ratio: {ratio} mode: {mode} }}'))
 start = time.perf_counter()
-manifest = run_job(config, expand_inputs([data_dir], EVENT_SUFFIXES), out_dir, PipelineOptions([])).manifest
-print(json.dumps({"seconds": time.perf_counter() - start, "stats": manifest["stats"]["label_sampling"]}))
+stats = run_mode(data_dir, out_dir, mode, float(ratio))
+print(json.dumps({"seconds": time.perf_counter() - start, "stats": stats}))
 """
 
 
 def run_in_process(data_dir: str, out_dir: str, mode: str, ratio: float, pythonpath: str = "") -> dict:
     """One run in a fresh process: its time, its stats and its peak RSS (MiB)."""
     env = dict(os.environ, PYTHONPATH=pythonpath) if pythonpath else None
-    proc = subprocess.Popen([sys.executable, "-c", _ONE_RUN, data_dir, out_dir, mode, str(ratio)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd="/")
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode:
-        raise RuntimeError(f"{mode} run failed with {proc.returncode}")
-    result = json.loads(out.decode().strip().splitlines()[-1])
-    return {"seconds": round(result["seconds"], 2), "peak_rss_mib": round(usage.ru_maxrss / 1024),
+    done = run_child([sys.executable, "-c", _ONE_RUN, data_dir, out_dir, mode, str(ratio)], env=env)
+    done.check(f"{mode} run")
+    result = last_json_line(done.stdout)
+    return {"seconds": round(result["seconds"], 2), "peak_rss_mib": round(done.peak_rss_mib),
             "non_targets_out": result["stats"]["non_targets_out"],
             "exact": result["stats"]["non_targets_out"] == result["stats"]["exact_target_count"]}
 
@@ -158,33 +143,34 @@ def main():
     parser.add_argument("--baseline-path", default="", help="PYTHONPATH of another build for EXACT side by side")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="bench-labels-")
+    scale = {}
     if args.scales:
         scales = [int(float(x)) for x in args.scales.split(",")]
-        print(json.dumps({"exact_scale": scale_report(work, scales, args.ratio, args.baseline_path)}, indent=1))
+        scale = {"exact_scale": scale_report(work, scales, args.ratio, args.baseline_path)}
     if args.rounds < 1:
+        emit(scale)
         return
     data_dir = os.path.join(work, "logs")
     write_logs(data_dir, args.events)
-    times = {m: [] for m in MODES}
-    stats = {}
-    for _ in range(args.rounds):
-        for mode in MODES:
-            seconds, stats[mode] = run_mode(data_dir, os.path.join(work, "out"), mode, args.ratio)
-            times[mode].append(seconds)
+    runs = interleaved_rounds({mode: (lambda mode=mode: run_mode(data_dir, os.path.join(work, "out"), mode,
+                                                                 args.ratio)) for mode in MODES}, args.rounds)
+    times = {mode: seconds_of(r) for mode, r in runs.items()}
+    stats = {mode: r[-1].value for mode, r in runs.items()}
     events = stats["EXACT"]["targets"] + stats["EXACT"]["non_targets_in"]
-    base = statistics.median(times["TWO_PASS"])
-    report = {"events": events, "targets": stats["EXACT"]["targets"], "ratio": args.ratio, "modes": {}}
+    report = {"events": events, "targets": stats["EXACT"]["targets"], "ratio": args.ratio, "modes": {}, **scale}
     for mode in MODES:
         t = statistics.median(times[mode])
+        speed = paired_ratio(times["TWO_PASS"], times[mode])  # TWO_PASS's seconds over this mode's, per round
         per_partition = [abs(p["ratio"] - args.ratio) for p in stats[mode]["partitions"] if p["ratio"] is not None]
         report["modes"][mode] = {
-            "seconds": round(t, 2), "events_per_s": round(events / t), "speed_vs_two_pass": round(base / t, 2),
+            "seconds": round(t, 2), "seconds_spread": summary(times[mode])["spread"], "events_per_s": round(events / t),
+            "speed_vs_two_pass": round(speed["median"], 2), "speed_vs_two_pass_spread": speed["spread"],
             "non_targets_out": stats[mode]["non_targets_out"], "exact_count": stats[mode]["exact_target_count"],
             "achieved_ratio": round(stats[mode]["achieved_ratio"], 4),
             "ratio_error": round(stats[mode]["ratio_error"], 4),
             "mean_abs_partition_error": round(float(np.mean(per_partition)), 3),
         }
-    print(json.dumps(report, indent=1))
+    emit(report)
 
 
 if __name__ == "__main__":

@@ -16,30 +16,26 @@ and rotating the order each round, reads it whole in 256-record batches:
   loop sees when the reader's threads can work during the step.
 
 Prints one JSON object: median positions/s per variant and its ratio to the
-reader alone.
+reader alone in the same round, each with its spread.
 
-    python benchmarks/bench_lc0_tensors.py [--rows-per-shard 15000 --rounds 3]
+    python -m benchmarks.bench_lc0_tensors [--rows-per-shard 15000 --rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
-import sys
 import tempfile
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from shardmill.native_ext import Lc0Tensors, OrderOptions, ReadOptions, ShardReader  # noqa: E402
-from shardmill.native_ext.kernels import lc0_tensors  # noqa: E402
-from tests.datagen.lc0 import shuffled_v6_frames  # noqa: E402
-from tests.datagen.shards import write_output  # noqa: E402
-from tests.support import reference_lc0_tensors as ref  # noqa: E402
+from benchmarks.harness import emit, interleaved_rounds, rates_of, versus
+from shardmill.native_ext import Lc0Tensors, OrderOptions, ReadOptions, ShardReader
+from shardmill.native_ext.kernels import lc0_tensors
+from tests.datagen.lc0 import shuffled_v6_frames
+from tests.datagen.shards import write_output
+from tests.support import reference_lc0_tensors as ref
 
 BATCH = 256
 WIDTH = 8356
@@ -92,20 +88,9 @@ def main():
         "kernel loader float16, 2 threads": lambda: kernel(frames, "float16", 2),
         "kernel loader packed, 1 thread": lambda: kernel(frames, "packed", 1),
     }
-    rates = {name: [] for name in variants}
-    names = list(variants)
-    for round_index in range(args.rounds):
-        order = names[round_index % len(names):] + names[: round_index % len(names)]
-        for name in order:
-            variants[name]()  # warm: page cache, the window buffer cache, malloc's arenas
-            start = time.perf_counter()
-            rows = variants[name]()
-            rates[name].append(rows / (time.perf_counter() - start))
-    base = statistics.median(rates["reader"])
-    report = {name: {"positions_per_s": round(statistics.median(r)), "vs_reader": round(statistics.median(r) / base, 3)}
-              for name, r in rates.items()}
-    print(json.dumps({"batch": BATCH, "rows": 4 * args.rows_per_shard, "cpus": os.cpu_count(), "variants": report},
-                     indent=1))
+    runs = interleaved_rounds(variants, args.rounds, warm_each=True)  # warm: page cache, window buffers, arenas
+    report = versus({name: rates_of(r) for name, r in runs.items()}, "reader", "positions_per_s", "vs_reader")
+    emit({"batch": BATCH, "rows": 4 * args.rows_per_shard, "cpus": os.cpu_count(), "variants": report})
 
 
 if __name__ == "__main__":

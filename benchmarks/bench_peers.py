@@ -1,8 +1,8 @@
 """Peer loaders on shardmill shards, run inside a separate virtualenv that has them.
 
-Never imported by shardmill; bench_reader.py runs it as
-`PEER_PYTHON benchmarks/bench_peers.py DATASET_DIR WIDTH ROUNDS MAX_ROWS` and
-reads one JSON object: per peer the median seconds and rows/s to read the
+Never imported by shardmill; bench_reader runs it from the repository root as
+`PEER_PYTHON -m benchmarks.bench_peers DATASET_DIR WIDTH ROUNDS MAX_ROWS` and
+reads one JSON object: per peer the median seconds (and their spread) and rows/s to read the
 whole dataset (Grain and Mosaic: their first MAX_ROWS rows, as they read
 only ~7k-300k rows/s here), with shuffling on where the peer offers it.
 
@@ -25,17 +25,17 @@ import needs a torch it can load).
 
 from __future__ import annotations
 
+import argparse
 import glob
 import json
 import os
 import shutil
-import statistics
-import sys
 import tempfile
-import time
 
 import numpy as np
 import pyarrow.parquet as pq
+
+from benchmarks.harness import interleaved_rounds, seconds_of, summary
 
 BATCH = 256
 
@@ -122,7 +122,13 @@ def petastorm_parity_rows(directory, width, max_rows):
 
 
 def main():
-    directory, width, rounds, max_rows = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("directory", help="a shardmill output of `frame` rows")
+    parser.add_argument("width", type=int, help="the frames' bytes")
+    parser.add_argument("rounds", type=int)
+    parser.add_argument("max_rows", type=int, help="rows Grain and Mosaic read at most")
+    args = parser.parse_args()
+    directory, width, rounds, max_rows = args.directory, args.width, args.rounds, args.max_rows
     report = {}
     mds = None
     peers = [("grain", grain_rows), ("mosaic", mosaic_rows), ("petastorm", petastorm_rows),
@@ -133,14 +139,11 @@ def main():
             if name == "mosaic":
                 mds = mds or mosaic_prepare(directory, width, max_rows)
                 source = mds
-            times, rows = [], 0
-            for _ in range(rounds):
-                start = time.perf_counter()
-                rows = fn(source, width, max_rows)
-                times.append(time.perf_counter() - start)
-            t = statistics.median(times)
-            report[name] = {"rows_read": rows, "seconds": round(t, 3), "rows_per_s": round(rows / t),
-                            "mb_per_s": round(rows * width / t / 1e6, 1)}
+            runs = interleaved_rounds({name: lambda fn=fn, source=source: fn(source, width, max_rows)}, rounds)[name]
+            rows, seconds = runs[-1].value, summary(seconds_of(runs), digits=6)
+            t = seconds["median"]
+            report[name] = {"rows_read": rows, "seconds": round(t, 3), "seconds_spread": seconds["spread"],
+                            "rows_per_s": round(rows / t), "mb_per_s": round(rows * width / t / 1e6, 1)}
         except Exception as err:  # a peer that can't run here is reported, not fatal
             report[name] = {"error": f"{type(err).__name__}: {err}"[:300]}
     if mds:

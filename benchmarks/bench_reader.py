@@ -12,23 +12,23 @@ training data), then, interleaved over rounds in one process:
                       default window of 8 row groups
   shardmill_reader_window1  the same with window_row_groups=1: rows shuffled
                       within one row group, Petastorm's shuffle scope
-Reports rows/s and MB/s of frame bytes, time to first batch, and the time to
+Reports rows/s and MB/s of frame bytes (medians, with the spread of the
+seconds; the readers' ratio to pyarrow per round), time to first batch, and the time to
 restore a reader from a mid-epoch state() (construction, and first batch).
 With --peers-python (repeatable), the peers (Grain, Mosaic streaming,
-Petastorm) run from benchmarks/bench_peers.py in their own virtualenvs on the
+Petastorm) run from benchmarks.bench_peers in their own virtualenvs on the
 same shards; each peer's result comes from the first venv that could run it.
 `vs_best_peer` compares against the best peer that delivers what the
 reader delivers (256-row numpy batches; Petastorm's raw whole-row-group
 figure is reported but not counted, see bench_peers.py).
 
-    python benchmarks/bench_reader.py [--rounds 3] [--peers-python /tmp/peers/bin/python --peers-python /tmp/mosaic/bin/python]
+    python -m benchmarks.bench_reader [--rounds 3] [--peers-python /tmp/peers/bin/python --peers-python /tmp/mosaic/bin/python]
 """
 
 from __future__ import annotations
 
 import argparse
 import atexit
-import json
 import os
 import shutil
 
@@ -36,19 +36,16 @@ import shutil
 # uses (~4% of a reader profile); one thread, as a training job would set.
 # Set before numpy is imported, and inherited by the peers' processes.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-import statistics
-import subprocess
-import sys
-import tempfile
-import time
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
 
-import numpy as np
-import pyarrow.parquet as pq
+import numpy as np  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from shardmill.native_ext import ShardReader  # noqa: E402
-from shardmill.native_ext import OrderOptions, ShardOptions
+from benchmarks.harness import (  # noqa: E402
+    emit, interleaved_rounds, last_json_line, paired_ratio, rates_of, run_child, seconds_of, summary)
+from shardmill.native_ext import OrderOptions, ShardOptions, ShardReader  # noqa: E402
 from tests.datagen.lc0 import shuffled_v6_frames  # noqa: E402
 from tests.datagen.shards import frame_bytes, write_output  # noqa: E402
 
@@ -117,16 +114,14 @@ RAW_PEERS = {"petastorm"}
 
 def run_peers(pythons: list[str], directory: str, width: int, rounds: int) -> dict:
     """Each peer's figures from the first virtualenv that could run it (errors otherwise)."""
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_peers.py")
     merged: dict = {}
     for python in pythons:
         # Peers read at most 200k rows where they are slow (rates, not totals).
-        result = subprocess.run([python, script, directory, str(width), str(rounds), "200000"],
-                                capture_output=True, text=True)
+        result = run_child([python, "-m", "benchmarks.bench_peers", directory, str(width), str(rounds), "200000"])
         if result.returncode:
             peers = {"error": {"error": f"{python}: {result.stderr[-400:]}"}}
         else:
-            peers = json.loads(result.stdout.strip().splitlines()[-1])
+            peers = last_json_line(result.stdout)
         for peer, figures in peers.items():
             if "rows_per_s" in figures or peer not in merged:
                 merged[peer] = figures | {"venv": python}
@@ -148,13 +143,10 @@ def main():
                                 nullable=False)  # as the job writes them: no definition levels
         variants = {"pyarrow_sequential": pyarrow_sequential, "shardmill_reader": shardmill_reader,
                     "shardmill_reader_window1": shardmill_reader_window1}
-        times = {v: [] for v in variants}
-        counts = {}
-        for _ in range(args.rounds):
-            for v, fn in variants.items():
-                start = time.perf_counter()
-                counts[v] = fn(directory, manifest, width)
-                times[v].append(time.perf_counter() - start)
+        runs = interleaved_rounds({v: (lambda fn=fn: fn(directory, manifest, width)) for v, fn in variants.items()},
+                                  args.rounds)
+        times = {v: seconds_of(r) for v, r in runs.items()}
+        counts = {v: r[-1].value for v, r in runs.items()}
         first = statistics.median(first_batch_seconds(directory) for _ in range(args.rounds))
         restores = [restore_seconds(directory) for _ in range(args.rounds)]
         entry = {"rows": rows * shards, "frame_bytes": width, "variants": {},
@@ -162,12 +154,15 @@ def main():
         for v in variants:
             t = statistics.median(times[v])
             entry["variants"][v] = {"rows_read": counts[v], "seconds": round(t, 3),
+                                    "seconds_spread": summary(times[v])["spread"],
                                     "rows_per_s": round(counts[v] / t),
                                     "mb_per_s": round(counts[v] * width / t / 1e6, 1)}
-        base = entry["variants"]["pyarrow_sequential"]["rows_per_s"]
         readers = [entry["variants"][v] for v in variants if v.startswith("shardmill_reader")]
-        for reader in readers:
-            reader["vs_pyarrow_sequential"] = round(reader["rows_per_s"] / base, 2)
+        for v in variants:
+            if v.startswith("shardmill_reader"):  # rows/s over pyarrow's, per round (the reader reads rank 0 of 2)
+                ratio = paired_ratio(rates_of(runs[v]), rates_of(runs["pyarrow_sequential"]))
+                entry["variants"][v].update(vs_pyarrow_sequential=round(ratio["median"], 2),
+                                            vs_pyarrow_sequential_spread=ratio["spread"])
         entry["first_batch_seconds"] = round(first, 4)
         entry["restore_construct_ms"] = round(1000 * statistics.median(r[0] for r in restores), 2)
         entry["restore_first_batch_ms"] = round(1000 * statistics.median(r[1] for r in restores), 2)
@@ -184,7 +179,7 @@ def main():
                     if "rows_per_s" in entry["peers"][peer]:
                         reader[f"vs_{peer}_raw"] = round(reader["rows_per_s"] / entry["peers"][peer]["rows_per_s"], 2)
         report["datasets"][name] = entry
-    print(json.dumps(report, indent=1))
+    emit(report)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ For a change to the native reader: install the build before the change into
 a directory of its own (a copy of the installed `shardmill` package), then
 compare it with the installed build. Each round runs A then B, each in a
 fresh process reading the same shards (rank 0 of 2, shuffled, 256-row
-batches, best of 3 passes); the figure that matters is the median of the
-per-round ratios B/A, which the machine's noise affects far less than two
+batches, best of 3 passes), A first in odd rounds and B first in even ones;
+the figure that matters is the median of the per-round ratios B/A (with
+their spread), which the machine's noise affects far less than two
 separate runs. Datasets: 8356 B frames of id-derived bytes (decode is mostly
 copying) and real V6 records (decode-bound), windows of 1 and 8 row groups;
 and the V6 records with lc0 tensors (loader, float16 planes) converted on the
@@ -13,25 +14,22 @@ decode threads. Builds of either reader API (option objects or the flat
 keyword arguments before them) are driven the way each takes them.
 
     cp -r .venv/lib/python3.11/site-packages/shardmill /tmp/before/   # before the change
-    python benchmarks/bench_reader_ab.py --a-path /tmp/before [--rounds 6]
+    python -m benchmarks.bench_reader_ab --a-path /tmp/before [--rounds 6]
 """
 
 from __future__ import annotations
 
 import argparse
 import atexit
-import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from tests.datagen.lc0 import shuffled_v6_frames  # noqa: E402
-from tests.datagen.shards import frame_bytes, write_output  # noqa: E402
+from benchmarks.harness import emit, last_json_line, paired_ab, run_child
+from tests.datagen.lc0 import shuffled_v6_frames
+from tests.datagen.shards import frame_bytes, write_output
 
 # Both builds' APIs: option objects, or the flat keyword arguments of builds before them.
 READ_ONE = """
@@ -65,9 +63,10 @@ def rows_per_s(python_path: str | None, directory: str, window: int, lc0: str = 
         env["PYTHONPATH"] = python_path
     else:
         env.pop("PYTHONPATH", None)
-    out = subprocess.run([sys.executable, "-c", READ_ONE, directory, str(window), lc0], env=env, check=True,
-                         capture_output=True, text=True, cwd=tempfile.gettempdir())
-    return float(out.stdout.strip())
+    # Not the repository root: only the build on PYTHONPATH (or installed) may be importable.
+    done = run_child([sys.executable, "-c", READ_ONE, directory, str(window), lc0], env=env,
+                     cwd=tempfile.gettempdir()).check("a reader's pass")
+    return float(last_json_line(done.stdout))
 
 
 def main() -> None:
@@ -86,19 +85,18 @@ def main() -> None:
     cases = [(name, window, "") for name in datasets for window in (1, 8)]
     cases.append(("v6_records_8356B", 8, "loader"))  # with lc0 tensors (float16 planes) on the decode threads
     for name, window, lc0 in cases:
-        pairs = []
-        for _ in range(args.rounds):
-            a = rows_per_s(args.a_path, os.path.join(work, name), window, lc0)
-            b = rows_per_s(args.b_path, os.path.join(work, name), window, lc0)
-            pairs.append((a, b))
-        ratios = [b / a for a, b in pairs]
+        directory = os.path.join(work, name)
+        rates = paired_ab(lambda: rows_per_s(args.a_path, directory, window, lc0),
+                          lambda: rows_per_s(args.b_path, directory, window, lc0), args.rounds)
+        ratio = rates["b_over_a"]
         report[f"{name}_window{window}" + (f"_lc0_{lc0}" if lc0 else "")] = {
-            "a_rows_per_s_median": round(statistics.median(a for a, _ in pairs)),
-            "b_rows_per_s_median": round(statistics.median(b for _, b in pairs)),
-            "b_over_a_per_round": [round(r, 3) for r in ratios],
-            "b_over_a_median": round(statistics.median(ratios), 3),
+            "a_rows_per_s_median": round(statistics.median(rates["a"])),
+            "b_rows_per_s_median": round(statistics.median(rates["b"])),
+            "b_over_a_per_round": ratio["per_round"],
+            "b_over_a_median": ratio["median"],
+            "b_over_a_spread": ratio["spread"],
         }
-    print(json.dumps(report, indent=1))
+    emit(report)
 
 
 if __name__ == "__main__":

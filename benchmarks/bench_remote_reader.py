@@ -1,7 +1,7 @@
 """The reader on object storage: one output served from an S3 server (moto on loopback), without and with the
 local shard cache, vs from local disk.
 
-    python benchmarks/bench_remote_reader.py [--rows 40000] [--rounds 3]
+    python -m benchmarks.bench_remote_reader [--rows 40000] [--rounds 3]
 
 One lc0-shaped output (frames of 8,356 random bytes, so the bytes on disk
 are the bytes served: ~330 MB for 40,000 rows), uploaded to a bucket of moto's S3 server started here;
@@ -17,25 +17,23 @@ warm cache (a new reader on the filled directory: each copy hashed once
 against the manifest, then read locally).
 
 Prints one JSON object: rows/s and MB/s per way and round, the best round of
-each, and the ratio to local disk.
+each, the ratio to local disk (of the best rounds, and per round with its
+spread).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import sys
 import tempfile
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from shardmill.native_ext import CacheOptions, OrderOptions, ReadOptions, ShardReader, load_manifest  # noqa: E402
-from tests.datagen.shards import write_output  # noqa: E402
-from tests.support.s3_server import S3Server  # noqa: E402
+from benchmarks.harness import emit, paired_ratio
+from shardmill.native_ext import CacheOptions, OrderOptions, ReadOptions, ShardReader, load_manifest
+from tests.datagen.shards import write_output
+from tests.support.s3_server import S3Server
 
 BATCH = 256
 WIDTH = 8356
@@ -93,13 +91,17 @@ def main() -> None:
     finally:
         server.stop()
     best = {name: max(r[0] for r in values) for name, values in rounds.items()}
-    print(json.dumps({
+    per_round = {name: paired_ratio([r[0] for r in values], [r[0] for r in rounds["local disk"]])
+                 for name, values in rounds.items()}
+    emit({
         "rows": args.rows, "bytes_on_disk": size, "batch": BATCH,
         "rows_per_s": {name: [round(r[0]) for r in values] for name, values in rounds.items()},
         "mb_per_s": {name: [round(r[1], 1) for r in values] for name, values in rounds.items()},
         "best_rows_per_s": {name: round(value) for name, value in best.items()},
         "ratio_to_local": {name: round(value / best["local disk"], 2) for name, value in best.items()},
-    }, indent=1))
+        "ratio_to_local_median_of_rounds": {name: r["median"] for name, r in per_round.items()},
+        "ratio_to_local_spread": {name: r["spread"] for name, r in per_round.items()},
+    })
 
 
 if __name__ == "__main__":

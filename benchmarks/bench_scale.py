@@ -3,8 +3,8 @@
 Three parts, one JSON object:
 
 - "sources": `shardmill run` (in-process runner) on 10^2 … 2·10^4 loose `.gz`
-  files of small games: wall time and peak memory of the whole process tree
-  (sampled from /proc), and the growth of each from the smallest size (the
+  files of small games: wall time and peak memory (from wait4: see
+  benchmarks/harness.py), and the growth of each from the smallest size (the
   baseline of this run).
 - "chunks": the same on ≥ 10^6 chunks in tar archives (the window keeps the
   newest 20,000 so the output stays small; every chunk is indexed and planned).
@@ -13,86 +13,48 @@ Three parts, one JSON object:
   planned on its own), against planning the whole index as one table (what
   the job did before), side by side in subprocesses: time and peak RSS.
 
-    python benchmarks/bench_scale.py [--sources 100,1000,5000,20000] [--chunks 1000000]
+    python -m benchmarks.bench_scale [--sources 100,1000,5000,20000] [--chunks 1000000]
                                      [--plan-rows 1000000,10000000] [--whole-plan-rows 1000000] [--data-root DIR]
 """
 
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import shutil
-import subprocess
 import sys
-import tarfile
 import tempfile
 import textwrap
 
 import numpy as np
 
-REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-sys.path.insert(0, REPO)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from bench_job import measure  # noqa: E402
-
-from tests.datagen.lc0 import gzip_bytes, make_game_records  # noqa: E402
+from benchmarks.harness import emit, last_json_line, progress, python_child, run_child
+from tests.datagen.lc0 import write_archives, write_loose_games
 
 SHARDMILL = [sys.executable, "-m", "shardmill.pipelines.cli", "run"]
-DISTINCT_GAMES = 64  # games are reused (chunk identity is the file and ordinal, not the bytes)
-
-
-def small_games(seed: int) -> list[bytes]:
-    rng = np.random.default_rng(seed)
-    return [gzip_bytes(make_game_records(seed * 1000 + i, int(n)).tobytes())
-            for i, n in enumerate(rng.integers(4, 16, DISTINCT_GAMES))]
-
-
-def write_loose_games(directory: str, count: int) -> None:
-    os.makedirs(directory, exist_ok=True)
-    games = small_games(1)
-    for i in range(count):
-        with open(os.path.join(directory, f"training.{i:08d}.gz"), "wb") as f:
-            f.write(games[i % len(games)])
-
-
-def write_archives(directory: str, archives: int, members: int) -> None:
-    os.makedirs(directory, exist_ok=True)
-    games = [gzip_bytes(make_game_records(7000 + i, 1).tobytes()) for i in range(DISTINCT_GAMES)]
-    for a in range(archives):
-        with tarfile.open(os.path.join(directory, f"training-2026{a:06d}.tar"), "w", format=tarfile.GNU_FORMAT) as tar:
-            for m in range(members):
-                data = games[(a + m) % len(games)]
-                info = tarfile.TarInfo(f"games/training.{a}.{m}.gz")
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-
-
 def run_job(data_dir: str, work: str, extra: str) -> dict:
     config = os.path.join(work, "job.textproto")
     with open(config, "w") as f:
         f.write(f'input: "{data_dir}"\nlc0 {{ index {{ lc0_version: 6 }} }}\n{extra}\nmax_error_fraction: 1\n')
     out = os.path.join(work, "out")
     shutil.rmtree(out, ignore_errors=True)
-    seconds, peak = measure(SHARDMILL + ["--config", config, "--output", out])
+    run = run_child(SHARDMILL + ["--config", config, "--output", out]).check("shardmill run")
     with open(os.path.join(out, ".manifest.json")) as f:
         acc = json.load(f)["stats"]["accounting"]
-    return {"seconds": round(seconds, 2), "peak_rss_mib": round(peak / 2**20, 1),
+    return {"seconds": round(run.seconds, 2), "peak_rss_mib": run.peak_rss_mib,
             "chunks_indexed": acc["chunks_indexed"], "records_written": acc["records_written"]}
 
 
 PLAN_SCRIPT = textwrap.dedent("""
-    import json, pickle, resource, sys, time
-    sys.path.insert(0, sys.argv[1])
+    import json, pickle, sys, time
     import numpy as np, pyarrow as pa
     from benchmarks.bench_scale import synthetic_table
     from shardmill.transforms.lc0 import plan as job_plan
     from shardmill.transforms.lc0.sampling import SamplingParams
     from shardmill.transforms.output.shard_count import ShardSizing, shard_count
 
-    mode, rows, per_table = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    mode, rows, per_table = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     params = SamplingParams(seed=1, passes=4, position_count=8, threshold=150, gamma=1.0, pool_size=rows // 2)
     tables = rows // per_table
     start = time.perf_counter()
@@ -124,7 +86,6 @@ PLAN_SCRIPT = textwrap.dedent("""
                           len(pickle.dumps(summaries))}), file=sys.stderr)
     seconds = time.perf_counter() - start
     print(json.dumps({"seconds": round(seconds, 2), "us_per_row": round(seconds / rows * 1e6, 3),
-                      "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
                       "tasks": tasks, "records_planned": planned}))
 """)
 
@@ -162,11 +123,10 @@ def synthetic_table(table: int, rows: int):
 
 def plan_stage(mode: str, rows: int) -> dict:
     per_table = SOURCES_PER_TABLE * CHUNKS_PER_SOURCE
-    done = subprocess.run([sys.executable, "-c", PLAN_SCRIPT, REPO, mode, str(rows), str(per_table)],
-                          capture_output=True, text=True)
+    done = run_child(python_child(PLAN_SCRIPT, mode, rows, per_table))
     if done.returncode:
         return {"failed": done.stderr.strip().splitlines()[-1] if done.stderr else f"exit {done.returncode}"}
-    result = json.loads(done.stdout)
+    result = {**last_json_line(done.stdout), "peak_rss_mib": done.peak_rss_mib}
     for line in done.stderr.splitlines():
         if line.startswith("{"):
             result.update(json.loads(line))
@@ -191,7 +151,7 @@ def main():
         if not os.path.isdir(data):
             write_loose_games(data, count)
         report["sources"][count] = run_job(data, work, "lc0 { chunk_pool { position_count: 2 } }")
-        print(json.dumps({"sources": count, **report["sources"][count]}), file=sys.stderr, flush=True)
+        progress({"sources": count, **report["sources"][count]})
     if sizes:
         base = report["sources"][sizes[0]]
         for count in sizes[1:]:
@@ -204,7 +164,7 @@ def main():
             write_archives(data, args.chunk_archives, args.chunks // args.chunk_archives)
         report["chunks"][args.chunks] = run_job(data, work,
                                                 "lc0 { chunk_pool { chunk_pool_size: 20000 position_count: 1 } }")
-        print(json.dumps({"chunks": args.chunks, **report["chunks"][args.chunks]}), file=sys.stderr, flush=True)
+        progress({"chunks": args.chunks, **report["chunks"][args.chunks]})
     whole_sizes = {int(s) for s in args.whole_plan_rows.split(",") if s}
     for rows in (int(s) for s in args.plan_rows.split(",") if s):
         entry = {"per_table": plan_stage("per_table", rows)}
@@ -215,11 +175,11 @@ def main():
                 entry["whole_over_per_table"] = {"seconds": round(b["seconds"] / a["seconds"], 2),
                                                  "peak_rss": round(b["peak_rss_mib"] / a["peak_rss_mib"], 2)}
         report["plan"][rows] = entry
-        print(json.dumps({"plan_rows": rows, **entry}), file=sys.stderr, flush=True)
+        progress({"plan_rows": rows, **entry})
     shutil.rmtree(work, ignore_errors=True)
     if not args.data_root:
         shutil.rmtree(root, ignore_errors=True)
-    print(json.dumps(report, indent=1))
+    emit(report)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Serving token outputs to training: the reader and adapters vs numpy indexing of the mapped `.bin`.
 
-    python benchmarks/bench_token_reader.py [--sequences 100000] [--seq-length 1024] [--rounds 3]
+    python -m benchmarks.bench_token_reader [--sequences 100000] [--seq-length 1024] [--rounds 3]
 
 One synthetic uint16 corpus (documents of 1-511 tokens), one `shardmill run`
 of its training split (one epoch of samples of seq_length + 1 tokens), then,
@@ -18,31 +18,27 @@ in the same process and each round every way, one epoch of batches of 32:
   (num_workers 0, batch_size None).
 
 Prints one JSON object: samples/s and tokens/s per way and round, the best
-round of each, and each way's ratio to numpy.
+round of each, and each way's ratio to numpy (of the best rounds, and per
+round with its spread).
 """
 
 from __future__ import annotations
 
 import argparse
 import io
-import json
 import os
-import sys
 import tempfile
-import time
 
 import numpy as np
+from apache_beam.options.pipeline_options import PipelineOptions
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
-
-from shardmill.native_ext.converters import MegatronSamples, megatron_masks  # noqa: E402
-from shardmill.native_ext.reader import ShardReader  # noqa: E402
-from shardmill.pipelines.config import parse_config, validate  # noqa: E402
-from shardmill.pipelines.run_job import run_job  # noqa: E402
-from shardmill.transforms.tokens.plan import INDICES_NAME, read_dataset  # noqa: E402
-from tests.datagen.megatron import write_indexed_dataset  # noqa: E402
+from benchmarks.harness import emit, interleaved_rounds, versus
+from shardmill.native_ext.converters import MegatronSamples, megatron_masks
+from shardmill.native_ext.reader import ShardReader
+from shardmill.pipelines.config import parse_config, validate
+from shardmill.pipelines.run_job import run_job
+from shardmill.transforms.tokens.plan import INDICES_NAME, read_dataset
+from tests.datagen.megatron import write_indexed_dataset
 
 BATCH = 32
 EOD = 13
@@ -90,13 +86,13 @@ def torch_batches(out: str):
     yield from torch.utils.data.DataLoader(dataset, batch_size=None)
 
 
-def timed(batches) -> tuple[int, int, float]:
-    start = time.perf_counter()
+def count(batches) -> tuple[int, int]:
+    """Reads every batch: (samples, tokens) they held."""
     samples = tokens = 0
     for batch in batches:
         samples += len(batch["tokens"])
         tokens += batch["tokens"].numel() if hasattr(batch["tokens"], "numel") else batch["tokens"].size
-    return samples, tokens, time.perf_counter() - start
+    return samples, tokens
 
 
 def main() -> None:
@@ -126,19 +122,22 @@ def main() -> None:
     }
     import torch  # noqa: F401  (imported before the clock starts: the torch way times batches, not the import)
 
-    rounds = {name: [] for name in ways}
-    for _ in range(args.rounds):
-        for name, batches in ways.items():
-            samples, tokens, seconds = timed(batches())
-            rounds[name].append({"samples": samples, "samples_per_s": round(samples / seconds),
-                                 "tokens_per_s": round(tokens / seconds)})
+    runs = interleaved_rounds({name: (lambda batches=batches: count(batches())) for name, batches in ways.items()},
+                              args.rounds)
+    rounds = {name: [{"samples": r.value[0], "samples_per_s": round(r.value[0] / r.seconds),
+                      "tokens_per_s": round(r.value[1] / r.seconds)} for r in results]
+              for name, results in runs.items()}
     best = {name: max(r, key=lambda x: x["samples_per_s"]) for name, r in rounds.items()}
-    print(json.dumps({
+    paired = versus({name: [r.value[0] / r.seconds for r in results] for name, results in runs.items()},
+                    "numpy", "samples_per_s", "ratio_to_numpy")
+    emit({
         "corpus_tokens": int(sum(len(s) for s in sequences)), "seq_length": args.seq_length, "batch": BATCH,
         "samples_per_epoch": int(len(indices["shuffle_index"])), "rounds": rounds, "best": best,
         "ratio_to_numpy": {name: round(b["samples_per_s"] / best["numpy"]["samples_per_s"], 2)
                            for name, b in best.items()},
-    }, indent=1))
+        "ratio_to_numpy_median_of_rounds": {name: figures["ratio_to_numpy"] for name, figures in paired.items()},
+        "ratio_to_numpy_spread": {name: figures["ratio_to_numpy_spread"] for name, figures in paired.items()},
+    })
 
 
 if __name__ == "__main__":

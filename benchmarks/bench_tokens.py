@@ -1,6 +1,6 @@
 """Token datasets: index and blend build time vs size, sample reading, and the job's end-to-end tokens/s.
 
-    python benchmarks/bench_tokens.py [--max-sequences 100000000] [--max-blend-samples 100000000] [--rounds 3]
+    python -m benchmarks.bench_tokens [--max-sequences 100000000] [--max-blend-samples 100000000] [--rounds 3]
 
 Index build: build_gpt_indices (Megatron's document, sample and shuffle
 indices) for 10^5 ... 10^8 sequences of 1-512 tokens, sequence length 2048,
@@ -12,32 +12,28 @@ object stores are still read) against the runs of the mapped `.bin`
 copied natively in bulk. End to end, `shardmill run` on the in-process runner, each round
 both ways (the per-sample path forced): a uint16 corpus of 200k sequences
 (~26M tokens), sequence length 1024; and a blend of it with an int32 corpus
-(weights 0.7/0.3), 50,000 samples; tokens/s of samples written.
+(weights 0.7/0.3), 50,000 samples; tokens/s of samples written. Bulk over
+per-sample: of the best rounds, and per round with its spread.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import sys
 import tempfile
-import time
 
 import numpy as np
+from apache_beam.options.pipeline_options import PipelineOptions
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
-
-from shardmill.native_ext.kernels import copy_runs  # noqa: E402
-from shardmill.pipelines.config import parse_config, validate  # noqa: E402
-from shardmill.pipelines.run_job import run_job  # noqa: E402
-from shardmill.transforms.tokens import job as token_job  # noqa: E402
-from shardmill.transforms.tokens.megatron_blend import plan_weighted_blend  # noqa: E402
-from shardmill.transforms.tokens.megatron_index import build_gpt_indices, sample_byte_runs, sample_tokens  # noqa: E402
-from shardmill.transforms.tokens.plan import read_dataset  # noqa: E402
-from tests.datagen.megatron import write_indexed_dataset  # noqa: E402
+from benchmarks.harness import emit, interleaved_rounds, paired_ab, paired_ratio, timed
+from shardmill.native_ext.kernels import copy_runs
+from shardmill.pipelines.config import parse_config, validate
+from shardmill.pipelines.run_job import run_job
+from shardmill.transforms.tokens import job as token_job
+from shardmill.transforms.tokens.megatron_blend import plan_weighted_blend
+from shardmill.transforms.tokens.megatron_index import build_gpt_indices, sample_byte_runs, sample_tokens
+from shardmill.transforms.tokens.plan import read_dataset
+from tests.datagen.megatron import write_indexed_dataset
 
 
 def index_build(max_sequences: int) -> list[dict]:
@@ -46,9 +42,8 @@ def index_build(max_sequences: int) -> list[dict]:
     while n <= max_sequences:
         sizes = np.random.default_rng(0).integers(1, 513, n).astype(np.int32)
         samples = int(sizes.astype(np.int64).sum() * 2 // 2048) - 1  # two epochs' worth
-        start = time.perf_counter()
-        indices = build_gpt_indices(sizes, 2048, samples, seed=1234)
-        seconds = time.perf_counter() - start
+        build = timed(lambda: build_gpt_indices(sizes, 2048, samples, seed=1234))
+        indices, seconds = build.value, build.seconds
         rows.append({"sequences": n, "samples": len(indices.shuffle_index), "epochs": indices.num_epochs,
                      "seconds": round(seconds, 3), "sequences_per_s": round(n / seconds)})
         del indices, sizes
@@ -62,9 +57,8 @@ def blend_build(max_samples: int) -> list[dict]:
         weights = np.random.default_rng(corpora).uniform(0.1, 1.0, corpora).tolist()
         n = 1_000_000
         while n <= max_samples:
-            start = time.perf_counter()
-            plan = plan_weighted_blend(weights, n)
-            seconds = time.perf_counter() - start
+            build = timed(lambda: plan_weighted_blend(weights, n))
+            plan, seconds = build.value, build.seconds
             rows.append({"corpora": corpora, "samples": plan.size, "seconds": round(seconds, 3),
                          "samples_per_s": round(plan.size / seconds)})
             del plan
@@ -85,20 +79,31 @@ def sample_reading(work: str, rounds: int) -> dict:
     indices = build_gpt_indices(dataset.sequence_lengths, 1024, None, seed=1)
     samples = indices.shuffle_index[:20_000].astype(np.int64)
     tokens = len(samples) * 1025
-    per_sample, bulk = [], []
-    for _ in range(rounds):
-        start = time.perf_counter()
+
+    def read_per_sample():
         with open(prefix + ".bin", "rb") as f:
-            one = [sample_tokens(f, dataset, indices, int(s)) for s in samples]
-        per_sample.append(tokens / (time.perf_counter() - start))
-        start = time.perf_counter()
+            return [sample_tokens(f, dataset, indices, int(s)) for s in samples]
+
+    def read_bulk():
         many = np.empty((len(samples), 1025), dtype=dataset.dtype)
         copy_runs(np.memmap(prefix + ".bin", dtype=np.uint8, mode="r"), *sample_byte_runs(dataset, indices, samples, 1024),
                   many.reshape(-1).view(np.uint8))
-        bulk.append(tokens / (time.perf_counter() - start))
-        assert (many == np.stack(one)).all()
-    return {"samples": len(samples), "per_sample_tokens_per_s": round(max(per_sample)),
-            "bulk_tokens_per_s": round(max(bulk)), "bulk_vs_per_sample": round(max(bulk) / max(per_sample), 2)}
+        return many
+
+    read = {"per_sample": [], "bulk": []}  # each round's samples, compared after the clock
+
+    def tokens_per_s(way, reader):
+        run = timed(reader)
+        read[way].append(run.value)
+        return tokens / run.seconds
+
+    ab = paired_ab(lambda: tokens_per_s("per_sample", read_per_sample), lambda: tokens_per_s("bulk", read_bulk),
+                   rounds)
+    assert all((bulk == np.stack(one)).all() for one, bulk in zip(read["per_sample"], read["bulk"]))
+    return {"samples": len(samples), "per_sample_tokens_per_s": round(max(ab["a"])),
+            "bulk_tokens_per_s": round(max(ab["b"])), "bulk_vs_per_sample": round(max(ab["b"]) / max(ab["a"]), 2),
+            "bulk_vs_per_sample_median_of_rounds": ab["b_over_a"]["median"],
+            "bulk_vs_per_sample_spread": ab["b_over_a"]["spread"]}
 
 
 def run_once(work: str, name: str, token_config: str, per_sample: bool) -> dict:
@@ -107,9 +112,8 @@ def run_once(work: str, name: str, token_config: str, per_sample: bool) -> dict:
     if per_sample:  # the path remote .bin files take: a range read per document piece
         token_job.is_local = lambda path: False
     try:
-        start = time.perf_counter()
-        manifest = run_job(config, [], os.path.join(work, f"out-{name}-{per_sample}"), PipelineOptions([])).manifest
-        seconds = time.perf_counter() - start
+        run = timed(lambda: run_job(config, [], os.path.join(work, f"out-{name}-{per_sample}"), PipelineOptions([])))
+        manifest, seconds = run.value.manifest, run.seconds
     finally:
         token_job.is_local = original
     samples = manifest["stats"]["token_dataset"]["num_samples"]
@@ -125,14 +129,17 @@ def end_to_end(work: str, rounds: int) -> dict:
     }
     report = {}
     for name, token_config in jobs.items():
-        runs = {"per_sample": [], "bulk": []}
-        for _ in range(rounds):
-            for mode in runs:
-                runs[mode].append(run_once(work, name, token_config, mode == "per_sample"))
-        best = {mode: max(r["tokens_per_s"] for r in results) for mode, results in runs.items()}
+        ways = {mode: (lambda per_sample=(mode == "per_sample"), job=token_config, name=name:
+                       run_once(work, name, job, per_sample)) for mode in ("per_sample", "bulk")}
+        timed_runs = interleaved_rounds(ways, rounds)
+        runs = {mode: [r.value for r in results] for mode, results in timed_runs.items()}
+        rates = {mode: [r["tokens_per_s"] for r in results] for mode, results in runs.items()}
+        best = {mode: max(values) for mode, values in rates.items()}
+        ratio = paired_ratio(rates["bulk"], rates["per_sample"])
         report[name] = {"samples": runs["bulk"][0]["samples"], "per_sample_tokens_per_s": best["per_sample"],
                         "bulk_tokens_per_s": best["bulk"], "bulk_vs_per_sample": round(best["bulk"] / best["per_sample"], 2),
-                        "runs": runs}
+                        "bulk_vs_per_sample_median_of_rounds": ratio["median"],
+                        "bulk_vs_per_sample_spread": ratio["spread"], "runs": runs}
     return report
 
 
@@ -145,9 +152,8 @@ def main():
     work = tempfile.mkdtemp(prefix="bench-tokens-")
     write_corpus(os.path.join(work, "corpus"), 200_000, np.uint16, 1)
     write_corpus(os.path.join(work, "corpus32"), 100_000, np.int32, 2)
-    print(json.dumps({"index_build": index_build(args.max_sequences), "blend_build": blend_build(args.max_blend_samples),
-                      "sample_reading": sample_reading(work, args.rounds), "end_to_end": end_to_end(work, args.rounds)},
-                     indent=1))
+    emit({"index_build": index_build(args.max_sequences), "blend_build": blend_build(args.max_blend_samples),
+          "sample_reading": sample_reading(work, args.rounds), "end_to_end": end_to_end(work, args.rounds)})
 
 
 if __name__ == "__main__":

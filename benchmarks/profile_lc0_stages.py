@@ -1,6 +1,6 @@
 """Where the lc0 job's time goes, stage by stage, for the sampled and the all-positions workloads.
 
-    python benchmarks/profile_lc0_stages.py [--archives 32 --games 150 --rounds 2 --data-root DIR]
+    python -m benchmarks.profile_lc0_stages [--archives 32 --games 150 --rounds 2 --data-root DIR]
 
 A corpus like the held-out one (32 archives of 150 games: ~4,800 chunks, ~700k records); each workload is
 run by `run_job` in a fresh process on the in-process runner with one worker, so bundles run one after
@@ -26,18 +26,14 @@ Prints one JSON object: seconds per stage and workload (median of the rounds) an
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 
-REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-sys.path.insert(0, REPO)
-
-from tests.datagen.lc0 import write_dataset  # noqa: E402
+from benchmarks.harness import emit, last_json_line, run_child
+from tests.datagen.lc0 import write_dataset
 
 WORKLOADS = {
     "sampled": "lc0 { index { cache: \"none\" } chunk_pool { passes: 4 position_count: 8 "
@@ -48,7 +44,6 @@ WORKLOADS = {
 PROFILE_SCRIPT = r"""
 import builtins, json, sys, time
 start = time.perf_counter()
-sys.path.insert(0, sys.argv[1])
 import shardmill.pipelines.cli  # first: whatever the installed `shardmill` command sets before pyarrow loads
 from apache_beam.options.pipeline_options import PipelineOptions
 from shardmill.pipelines.config import parse_config, validate
@@ -96,7 +91,7 @@ timed_function(job, "load_task", "load (inflate)")
 timed_function(job, "write_spill", "spill", drain=True)
 timed_function(sharded_output._WriteShardFn, "_write", "write")
 
-data, out, extra = sys.argv[2], sys.argv[3], sys.argv[4]
+data, out, extra = sys.argv[1], sys.argv[2], sys.argv[3]
 config = validate(parse_config(f'input: "{data}"\nmax_error_fraction: 1\noutput {{ overwrite: true }}\n{extra}'))
 run_job(config, [data], out, PipelineOptions(["--direct_num_workers=1"]))
 total = time.perf_counter() - start
@@ -110,10 +105,7 @@ print(json.dumps(spent))
 
 
 def profile(python: str, data: str, out: str, extra: str) -> dict:
-    done = subprocess.run([python, "-c", PROFILE_SCRIPT, REPO, data, out, extra], capture_output=True, text=True)
-    if done.returncode:
-        raise RuntimeError(done.stderr[-3000:])
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return last_json_line(run_child([python, "-c", PROFILE_SCRIPT, data, out, extra]).check("a profiled run").stdout)
 
 
 def main() -> None:
@@ -151,7 +143,7 @@ def main() -> None:
             report["share"][name] = {stage: round(value / stages["total"], 3) for stage, value in stages.items()
                                      if stage != "total"}
         reports[who] = report
-    print(json.dumps(reports["this"] if len(reports) == 1 else reports, indent=1))
+    emit(reports["this"] if len(reports) == 1 else reports)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,11 @@ Hand-written numpy + pyarrow + zlib, no Beam, no accounting, no dead letters:
 the same work as `shardmill run` (threshold-gamma acceptance over passes,
 position_count records per use, a global shuffle into shards, zstd Parquet).
 
-    python benchmarks/single_core_baseline.py DATA_DIR OUT_DIR --passes 2 --threshold 150 \
+    python -m benchmarks.single_core_baseline DATA_DIR OUT_DIR --passes 2 --threshold 150 \
         --gamma 1 --position-count 16 --target-shard-bytes 67108864
-    python benchmarks/single_core_baseline.py DATA_DIR OUT_DIR --all-positions   # every record once
+    python -m benchmarks.single_core_baseline DATA_DIR OUT_DIR --all-positions   # every record once
+
+Not a benchmark itself (so it uses no harness): the program bench_job times against `shardmill run`.
 """
 
 import argparse

@@ -323,6 +323,37 @@ def write_dataset(
     return truth
 
 
+# Corpora of many sources for benchmarks at scale: a few distinct games reused (a chunk's identity is its
+# source and ordinal, not its bytes), so that writing 10^6 chunks costs little.
+DISTINCT_GAMES = 64
+
+
+def small_games(seed: int) -> list[bytes]:
+    """DISTINCT_GAMES gzip games of 4-15 records."""
+    rng = np.random.default_rng(seed)
+    return [gzip_bytes(make_game_records(seed * 1000 + i, int(n)).tobytes())
+            for i, n in enumerate(rng.integers(4, 16, DISTINCT_GAMES))]
+
+
+def write_loose_games(directory: str, count: int) -> None:
+    """count loose `.gz` game files."""
+    os.makedirs(directory, exist_ok=True)
+    games = small_games(1)
+    for i in range(count):
+        with open(os.path.join(directory, f"training.{i:08d}.gz"), "wb") as f:
+            f.write(games[i % len(games)])
+
+
+def write_archives(directory: str, archives: int, members: int) -> None:
+    """archives hourly-style `.tar` files of members one-record games each."""
+    os.makedirs(directory, exist_ok=True)
+    games = [gzip_bytes(make_game_records(7000 + i, 1).tobytes()) for i in range(DISTINCT_GAMES)]
+    for a in range(archives):
+        write_tar(os.path.join(directory, f"training-2026{a:06d}.tar"),
+                  [(f"games/training.{a}.{m}.gz", games[(a + m) % len(games)]) for m in range(members)],
+                  with_dir=False)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir")
