@@ -592,10 +592,13 @@ def _run_limited(config, limit_gib: float = 3, timeout: int = 600):
     def cap():
         resource.setrlimit(resource.RLIMIT_AS, (int(limit_gib * (1 << 30)),) * 2)
 
-    run = ("import resource, sys; from shardmill.pipelines import cli; "
+    # The run's own high-water mark (VmHWM), not its ru_maxrss: that one also holds the pytest worker's RSS
+    # from the moment this subprocess was forked from it until it exec'd (the kernel folds the old image's
+    # peak in at exec), so a worker grown to 870 MiB by earlier tests made every run here "peak" at 870 MiB.
+    run = ("import re, resource, sys; from shardmill.pipelines import cli; "
            "code = cli.main(['run', '--config', sys.argv[1]]); "
-           "print('peak_rss_kib', max(resource.getrusage(w).ru_maxrss for w in (resource.RUSAGE_SELF, "
-           "resource.RUSAGE_CHILDREN))); sys.exit(code)")
+           "own = int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)); "
+           "print('peak_rss_kib', max(own, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)); sys.exit(code)")
     # Freed pages returned at once: the command's purge delay keeps them a moment for speed, and how long a
     # moment is under a loaded CPU would make the peak a measure of scheduling, not of what the run holds.
     env = {**os.environ, "MIMALLOC_PURGE_DELAY": "0"}
@@ -603,6 +606,20 @@ def _run_limited(config, limit_gib: float = 3, timeout: int = 600):
                             timeout=timeout, preexec_fn=cap, cwd="/", env=env)
     peaks = [int(line.split()[1]) for line in result.stdout.splitlines() if line.startswith("peak_rss_kib ")]
     return result, (peaks[0] >> 10 if peaks else -1)
+
+
+@pytest.mark.slow
+def test_the_peak_measured_is_the_runs_own_not_the_test_process_it_was_forked_from(tmp_path):
+    """A test process holding 1 GiB starts a small run: its peak is the run's (~200 MiB), not 1 GiB."""
+    held = b"\x01" * (1 << 30)  # resident: every page written
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.csv").write_text("id,clicked\n" + "".join(f"{i},{i % 2}\n" for i in range(100)))
+    config = tmp_path / "c.textproto"
+    config.write_text(f'input: "{logs}"\noutput {{ path: "{tmp_path / "o"}" }}\nlabel_sampling {{ label_column: "clicked" }}\n')
+    result, peak_mib = _run_limited(config, limit_gib=4)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len(held) == 1 << 30 and 0 < peak_mib < 600
 
 
 def _write_gzip_csv(path, rows: int) -> None:
