@@ -1,0 +1,22 @@
+"""Every error shardmill reports to a user, under one base class that carries the command's exit code.
+
+A command turns a ShardmillError into one line and `exit_code`; any other exception is a defect and exits
+EXIT_FAILED with its traceback under -v.
+"""
+
+EXIT_OK = 0  # the run committed its output
+EXIT_ERROR_BUDGET = 1  # more input was lost than max_error_fraction allows: nothing committed
+EXIT_BAD_INVOCATION = 2  # bad arguments, config or input: refused before (or without) work
+EXIT_FAILED = 3  # the run failed (I/O, a lost claim, a defect): nothing committed
+EXIT_COMMITTED_WITH_ERROR = 4  # the output was committed, then a later step failed
+
+
+class ShardmillError(Exception):
+    """Base of shardmill's errors; `exit_code` is what a command exits with when it ends in this error."""
+
+    exit_code = EXIT_FAILED
+
+
+class NativeError(ShardmillError, RuntimeError):
+    """A failure inside the native (C++) reader or the job kernels: the message names the file and what is
+    wrong. The native code raises this, never aborts."""
