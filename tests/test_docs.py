@@ -1,7 +1,6 @@
 """The documentation holds together: docs/config.md is what docs/config_reference.py generates from the proto's
 comments (and says it when stale), and every relative link of README.md and docs/*.md resolves."""
 
-import glob
 import importlib.util
 import os
 import re
@@ -11,6 +10,7 @@ import sys
 import pytest
 
 from tests.support.paths import REPO
+from tests.test_readme import documentation_pages
 
 STALE = "docs/config.md is stale: run .venv/bin/python docs/config_reference.py > docs/config.md"
 
@@ -175,11 +175,7 @@ def broken_links(page: str) -> list[str]:
     return broken
 
 
-def _documentation_pages() -> list[str]:
-    return ["README.md", *sorted(os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "docs", "*.md")))]
-
-
-@pytest.mark.parametrize("page", _documentation_pages())
+@pytest.mark.parametrize("page", documentation_pages())
 def test_relative_links_resolve(page):
     assert broken_links(os.path.join(REPO, page)) == []
 
