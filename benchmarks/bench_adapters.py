@@ -1,6 +1,6 @@
 """Rows/s through the training-loop adapters against the plain reader, side by side in one process.
 
-    python -m benchmarks.bench_adapters [--rounds 3]
+    python -m benchmarks.bench_adapters [--rounds 3] [--size 1.0]
 
 On the same shards (4 x 250k rows of 100 B; 4 x 15k lc0-sized 8356 B
 frames), 256-row batches, shuffled, interleaved over rounds (the order
@@ -88,11 +88,13 @@ VARIANTS = {
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--size", type=float, default=1.0, help="the datasets' rows, as a fraction of the default")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="bench-adapters-")
     atexit.register(shutil.rmtree, work, True)
     report = {}
     for name, (rows, width, group_rows) in DATASETS.items():
+        rows = max(1, int(rows * args.size))
         directory = os.path.join(work, name)
         write_output(directory, [rows] * 4, row_group_rows=group_rows, width=width, nullable=False)
         runs = interleaved_rounds({v: (lambda run=run: run(directory)) for v, run in VARIANTS.items()},

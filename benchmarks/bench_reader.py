@@ -22,7 +22,8 @@ same shards; each peer's result comes from the first venv that could run it.
 reader delivers (256-row numpy batches; Petastorm's raw whole-row-group
 figure is reported but not counted, see bench_peers.py).
 
-    python -m benchmarks.bench_reader [--rounds 3] [--peers-python /tmp/peers/bin/python --peers-python /tmp/mosaic/bin/python]
+    python -m benchmarks.bench_reader [--rounds 3] [--size 1.0]
+        [--peers-python /tmp/peers/bin/python --peers-python /tmp/mosaic/bin/python]
 """
 
 from __future__ import annotations
@@ -131,6 +132,7 @@ def run_peers(pythons: list[str], directory: str, width: int, rounds: int) -> di
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--size", type=float, default=1.0, help="the datasets' rows, as a fraction of the default")
     parser.add_argument("--peers-python", action="append", default=[],
                         help="python of a virtualenv with some of grain, mosaicml-streaming, petastorm (repeatable)")
     args = parser.parse_args()
@@ -138,6 +140,7 @@ def main():
     atexit.register(shutil.rmtree, work, True)  # ~150 MB of shards
     report = {"batch_size": BATCH, "datasets": {}}
     for name, (rows, shards, width, group_rows, frames) in DATASETS.items():
+        rows = max(1, int(rows * args.size))
         directory = os.path.join(work, name)
         manifest = write_output(directory, [rows] * shards, row_group_rows=group_rows, width=width, frames=frames,
                                 nullable=False)  # as the job writes them: no definition levels

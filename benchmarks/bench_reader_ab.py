@@ -14,7 +14,7 @@ decode threads. Builds of either reader API (option objects or the flat
 keyword arguments before them) are driven the way each takes them.
 
     cp -r .venv/lib/python3.11/site-packages/shardmill /tmp/before/   # before the change
-    python -m benchmarks.bench_reader_ab --a-path /tmp/before [--rounds 6]
+    python -m benchmarks.bench_reader_ab --a-path /tmp/before [--rounds 6] [--rows-per-shard 60000]
 """
 
 from __future__ import annotations
@@ -74,13 +74,14 @@ def main() -> None:
     parser.add_argument("--a-path", required=True, help="PYTHONPATH holding build A's shardmill package")
     parser.add_argument("--b-path", default=None, help="PYTHONPATH of build B (default: the installed one)")
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--rows-per-shard", type=int, default=60_000, help="rows of each of the 4 shards")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="bench-reader-ab-")
     atexit.register(shutil.rmtree, work, True)
     datasets = {"frames_8356B": frame_bytes, "v6_records_8356B": shuffled_v6_frames()}
     for name, frames in datasets.items():
-        write_output(os.path.join(work, name), [60_000] * 4, row_group_rows=501, width=8356, frames=frames,
-                     nullable=False)
+        write_output(os.path.join(work, name), [args.rows_per_shard] * 4, row_group_rows=501, width=8356,
+                     frames=frames, nullable=False)
     report = {}
     cases = [(name, window, "") for name in datasets for window in (1, 8)]
     cases.append(("v6_records_8356B", 8, "loader"))  # with lc0 tensors (float16 planes) on the decode threads

@@ -10,7 +10,8 @@ directory for the same reason. Standard library only: bench_peers runs in a virt
   their median and spread; `paired_ab`: two variants interleaved; `versus`: every variant against one
   baseline), so that the machine's drift over
   a run hits both sides of every ratio alike.
-- Peak memory: `run_child` runs a command and reads its peak resident memory from `wait4` (below).
+- Peak memory: `run_child` runs a command and reads its peak resident memory from `wait4` (below), through
+  a small launcher process.
 - Output: `emit` prints a benchmark's one JSON object to stdout; `progress` prints a partial result to
   stderr as it comes.
 
@@ -20,20 +21,19 @@ every 20-50 ms misses it and its sampling thread competes for the cores it measu
 own pid gives that child's figure alone; the parent's RUSAGE_CHILDREN is a maximum over every child it
 ever waited for, so a second, smaller run would report the first one's peak. The kernel folds the peaks of
 the child's reaped descendants in (the largest one, not their sum): a run with worker processes reports
-its largest process's peak.
+its largest process's peak. A child's ru_maxrss also starts from the image it was forked from, so the
+command is started by a launcher of a few MiB (run_child), not by the benchmark's own process.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import resource
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
@@ -149,38 +149,47 @@ def python_child(code: str, *args: object) -> list[str]:
     return [sys.executable, "-c", code, *map(str, args)]
 
 
+# Starts the measured command and reports its wait4 usage: a fresh interpreter of a few MiB, so that the
+# command's figure starts from the launcher's small image, not from this process's (see run_child).
+_LAUNCHER = """
+import json, os, resource, sys
+report, limit, command = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+if limit:
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+pid = os.posix_spawnp(command[0], command, os.environ)
+_, status, usage = os.wait4(pid, 0)
+with open(report, "w") as f:
+    json.dump({"returncode": os.waitstatus_to_exitcode(status), "peak_rss_bytes": usage.ru_maxrss * 1024}, f)
+"""
+
+
 def run_child(command: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = REPO_ROOT,
               timeout: float | None = None, address_limit_bytes: int | None = None) -> ChildRun:
     """Runs command to its end; its peak RSS from wait4 (see the module's docstring). A timeout kills the
-    child's whole process group; address_limit_bytes caps its address space (RLIMIT_AS)."""
+    command and what it started; address_limit_bytes caps its address space (RLIMIT_AS).
 
-    def limit():
-        if address_limit_bytes:
-            resource.setrlimit(resource.RLIMIT_AS, (address_limit_bytes, address_limit_bytes))
-
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    The command is started by a small launcher process, not by this one: a process's ru_maxrss counts, from
+    the start, the resident memory of the process it was forked from (the kernel folds the old image's peak
+    in at exec), so a child of a benchmark holding 1 GiB of test data would report at least 1 GiB."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.NamedTemporaryFile(suffix=".json") as report:
         start = time.perf_counter()
-        # Its own session: a timeout kills the workers it started too. Output goes to files, not pipes, so
-        # that nothing reads pipes while wait4 reaps the child itself (Popen's wait would discard the usage).
-        child = subprocess.Popen(list(command), stdout=out, stderr=err, env=None if env is None else dict(env),
-                                 cwd=cwd, preexec_fn=limit, start_new_session=True)
-        timer = threading.Timer(timeout, os.killpg, (child.pid, signal.SIGKILL)) if timeout else None
-        if timer:
-            timer.start()
+        # Its own session, so that a timeout kills the command's workers too.
+        launcher = subprocess.Popen([sys.executable, "-c", _LAUNCHER, report.name, str(address_limit_bytes or 0),
+                                     *command], stdout=out, stderr=err, env=None if env is None else dict(env),
+                                    cwd=cwd, start_new_session=True)
         try:
-            _, status, usage = os.wait4(child.pid, 0)
-        except BaseException:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
-            raise
-        finally:
-            if timer:
-                timer.cancel()
+            launcher.wait(timeout)
+        except BaseException:  # the timeout, or an interrupt of the benchmark
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait()
+            if not isinstance(sys.exc_info()[1], subprocess.TimeoutExpired):
+                raise
         seconds = time.perf_counter() - start
-        child.returncode = os.waitstatus_to_exitcode(status)
+        reported = json.loads(report.read() or "{}")
         out.seek(0)
         err.seek(0)
-        return ChildRun(child.returncode, seconds, usage.ru_maxrss * 1024,  # Linux: KiB
+        return ChildRun(reported.get("returncode", launcher.returncode), seconds, reported.get("peak_rss_bytes", 0),
                         out.read().decode(errors="replace"), err.read().decode(errors="replace"))
 
 

@@ -19,6 +19,15 @@ def test_a_childs_peak_is_its_own_not_an_earlier_childs():
 
 
 @pytest.mark.slow
+def test_a_childs_peak_does_not_count_the_memory_of_the_process_measuring_it():
+    held = bytearray(400 << 20)
+    held[::4096] = b"x" * len(held[::4096])  # resident in this process when the child starts
+    small = run_child(python_child(ALLOCATE, 20), timeout=60).check("small")
+    assert small.peak_rss_mib < 150, small.peak_rss_mib  # forked from 400+ MiB, a child's ru_maxrss starts there
+    del held
+
+
+@pytest.mark.slow
 def test_a_childs_peak_includes_the_worker_processes_it_waited_for():
     run = run_child(python_child(IN_A_WORKER, 300), timeout=60, address_limit_bytes=1 << 30).check("worker")
     assert run.peak_rss_mib >= 300
