@@ -43,14 +43,6 @@ def lc0_dataset(tmp_path_factory):
     return out, truth
 
 
-def local_open(path):
-    return open(path, "rb")
-
-
-def sources_of(directory):
-    return [os.path.join(directory, n) for n in sorted(os.listdir(directory))]
-
-
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
     """A real S3 server on loopback (moto), with the environment pointing AWS clients at it for the session."""

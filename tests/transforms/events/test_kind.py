@@ -10,7 +10,7 @@ from shardmill.pipelines.config import parse_config, validate
 from shardmill.pipelines.jobs import kind_named
 from shardmill.transforms.events import inflate, kind as labels_kind
 from shardmill.transforms.events.formats import ASSUMED_INFLATION
-from tests.conftest import local_open
+from tests.support.local_files import local_open
 
 
 def _rows(count: int, pad: int) -> bytes:

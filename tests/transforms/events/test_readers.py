@@ -6,7 +6,7 @@ import pytest
 
 from shardmill.transforms.events.formats import EventReadOptions
 from shardmill.transforms.events.readers import read_events
-from tests.conftest import local_open
+from tests.support.local_files import local_open
 
 
 def read(path, label="clicked", targets=("1",)):
