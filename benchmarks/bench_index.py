@@ -27,8 +27,8 @@ import tempfile
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from benchmarks.harness import emit, interleaved_rounds, paired_ratio, seconds_of, summary
-from shardmill.transforms.lc0.chunk_index import index_source
-from shardmill.transforms.lc0.count import run_count
+from shardmill.transforms.lc0.index import index_source
+from shardmill.pipelines.commands.count import run_count
 from shardmill.transforms.lc0.record_format import RECORD_SIZES
 from tests.datagen.lc0 import write_dataset
 

@@ -34,12 +34,12 @@ WAYS = ["no cache", "first run", "rerun, +1%", "rerun, unchanged"]
 COUNT_SCRIPT = """
 import json, sys, time
 from apache_beam.options.pipeline_options import PipelineOptions
-from shardmill.transforms.lc0 import index_transforms
-from shardmill.transforms.lc0.count import run_count
+from shardmill.pipelines.commands.count import run_count
+from shardmill.transforms.lc0 import graph
 from shardmill.transforms.lc0.index_cache import IndexCache
 
 spent = [0.0]
-process = index_transforms._IndexFilesFn.process
+process = graph._IndexFilesFn.process
 
 def timed(self, files):
     start = time.perf_counter()
@@ -47,7 +47,7 @@ def timed(self, files):
     spent[0] += time.perf_counter() - start
     return out
 
-index_transforms._IndexFilesFn.process = timed
+graph._IndexFilesFn.process = timed
 corpus, location = sys.argv[1], sys.argv[2]
 cache = None if location == "none" else IndexCache(location, "scan", 0, 64 << 20)
 start = time.perf_counter()

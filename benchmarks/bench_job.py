@@ -59,7 +59,7 @@ def measure(command: list[str]) -> tuple[float, int]:
 
 def records_in(data_dir: str) -> int:
     """Records in the generated archives (from the chunk index: exact, no inflation for single members)."""
-    from shardmill.transforms.lc0.chunk_index import index_source
+    from shardmill.transforms.lc0.index import index_source
 
     return sum(int(sum(index_source(os.path.join(data_dir, n), os.path.getsize(os.path.join(data_dir, n)), "scan",
                                     opener=lambda p: open(p, "rb")).table["num_records"].to_pylist()))

@@ -49,7 +49,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from shardmill.pipelines.config import parse_config, validate
 from shardmill.pipelines.run_job import run_job
 from shardmill.transforms.common import discovery
-from shardmill.transforms.lc0 import index_transforms, job
+from shardmill.transforms.lc0 import graph
 from shardmill.transforms.output import sharded_output
 
 # Beam pickles the functions it is handed (a closure's dict would be a copy): the stages' intervals are kept
@@ -83,12 +83,12 @@ def covered(spans):
 timed_function(discovery._ListInputFn, "process", "discovery", drain=True)
 timed_function(discovery._BatchFilesFn, "process", "discovery", drain=True)
 timed_function(discovery._BatchFilesFn, "finish_bundle", "discovery", drain=True)
-timed_function(index_transforms._IndexFilesFn, "process", "index", drain=True)
+timed_function(graph._IndexFilesFn, "process", "index", drain=True)
 for name in ("summarize_sources", "decide", "plan_table"):
-    timed_function(job, name, "plan")
-timed_function(job, "read_tasks", "plan", drain=True)
-timed_function(job, "load_task", "load (inflate)")
-timed_function(job, "write_spill", "spill", drain=True)
+    timed_function(graph, name, "plan")
+timed_function(graph, "read_tasks", "plan", drain=True)
+timed_function(graph, "load_task", "load (inflate)")
+timed_function(graph, "write_spill", "spill", drain=True)
 timed_function(sharded_output._WriteShardFn, "_write", "write")
 
 data, out, extra = sys.argv[1], sys.argv[2], sys.argv[3]

@@ -58,7 +58,7 @@ class JobKind:
     """
 
     name: str  # the manifest's job_kind and the registry key
-    package: str  # the kind's folder as a package: its summary.render_summary and plots.plot serve every kind
+    package: str  # the kind's folder as a package: its report.render_summary and report.plot serve every kind
     config_field: str  # the member of JobConfig's `job` oneof holding this kind's settings
     record_format: str  # the manifest's record_format
     description: str  # one line for `shardmill --help` and `run --help`
@@ -111,14 +111,19 @@ class JobKind:
         turned out to make, found only by reading it (exit 2, nothing committed); warnings go to the log."""
 
     def render_summary(self, manifest: dict) -> str:
-        """The run's summary lines (printed after `run` and by `inspect`): the kind's summary.render_summary."""
-        return importlib.import_module(f"{self.package}.summary").render_summary(manifest)
+        """The run's summary lines (printed after `run` and by `inspect`): the kind's report.render_summary."""
+        return importlib.import_module(f"{self.package}.report").render_summary(manifest)
 
     def plot(self, manifest: dict, path: str) -> None:
-        """Charts of the run's statistics to a PNG (`inspect --plot`): the kind's plots.plot."""
-        importlib.import_module(f"{self.package}.plots").plot(manifest, path)
+        """Charts of the run's statistics to a PNG (`inspect --plot`): the kind's report.plot."""
+        importlib.import_module(f"{self.package}.report").plot(manifest, path)
 
-    def count(self, config, args, options) -> int:
-        """`shardmill count` (args: its parsed command line) for this kind; ValueError where it has none."""
-        raise ValueError(f"count indexes lc0 chunk files; a {self.name} job has no count step "
-                         "(`shardmill run --dry-run` checks its inputs)")
+    def count_settings(self, config, args, local_run: bool):
+        """`shardmill count` (args: its parsed command line): what the count indexes and how, for the command's
+        pipeline (the kind's count.CountIndex); ConfigError where this kind has no count."""
+        raise ConfigError(f"count indexes lc0 chunk files; a {self.name} job has no count step "
+                          "(`shardmill run --dry-run` checks its inputs)")
+
+    def render_count(self, settings, result, args) -> str:
+        """What `shardmill count` prints of a count's result."""
+        raise NotImplementedError

@@ -1,10 +1,18 @@
-"""`shardmill count`: index lc0 chunk files and report what they hold (the job kind's count)."""
+"""`shardmill count`: index lc0 chunk files and report what they hold (the job kind's count).
+
+The kind says what to count (JobKind.count_settings) and renders the result; the pipeline is built and run here,
+in the command layer, like run's.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import tempfile
+import time
 
-from shardmill.pipelines.commands import Command
+from shardmill.pipelines.commands import EXIT_OK, Command
 
 
 def add_parser(subparsers, common: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -31,10 +39,38 @@ def add_parser(subparsers, common: argparse.ArgumentParser) -> argparse.Argument
     return p
 
 
+def run_count(patterns: list[str], count_method: str, expected_version: int, options, index_out: str | None = None,
+              errors_out: str | None = None, max_chunk_bytes: int | None = None, cache=None):
+    """Runs discover + index (through the index cache, if any) and writes the index (Parquet), dead letters
+    (JSON lines) and summary; returns lc0's CountResult. max_chunk_bytes None: the index's default."""
+    from shardmill.pipelines.runner import is_local_run, make_pipeline
+    from shardmill.transforms.common.progress import ProgressPrinter
+    from shardmill.transforms.lc0.count import CountIndex, CountPaths, CountSettings, read_count_result
+    from shardmill.transforms.lc0.gzip_chunks import DEFAULT_MAX_CHUNK_BYTES
+
+    settings = CountSettings(tuple(patterns), count_method, expected_version, max_chunk_bytes or DEFAULT_MAX_CHUNK_BYTES,
+                             cache)
+    work_dir = tempfile.mkdtemp(prefix="shardmill-count-")
+    paths = CountPaths(index=index_out or f"{work_dir}/index.parquet",
+                       errors=errors_out or f"{work_dir}/errors.jsonl", summary=f"{work_dir}/summary.json")
+    started = time.monotonic()
+    progress_dir = f"{work_dir}/progress" if is_local_run(options) else None
+    with contextlib.ExitStack() as progress_running:
+        if progress_dir:
+            os.makedirs(progress_dir)
+            progress = ProgressPrinter(progress_dir)
+            progress.start()
+            progress_running.callback(progress.stop)  # after the pipeline has run (it runs on leaving `with p`)
+        with make_pipeline(options) as p:
+            _ = p | "Count" >> CountIndex(settings, paths, progress_dir)
+    return read_count_result(paths, time.monotonic() - started)
+
+
 def execute(args: argparse.Namespace, beam_args: list[str]) -> int:
     from shardmill.pipelines import beam_options
     from shardmill.pipelines import config as config_lib
     from shardmill.pipelines.jobs import job_kind
+    from shardmill.pipelines.runner import is_local_run
 
     config = config_lib.load_config(args.config) if args.config else config_lib.JobConfig()
     if args.inputs:
@@ -42,7 +78,12 @@ def execute(args: argparse.Namespace, beam_args: list[str]) -> int:
         config.input.extend(args.inputs)
     config_lib.validate(config)
     options = beam_options.pipeline_options(beam_options.with_local_worker_logs(beam_args, args.verbose))
-    return job_kind(config).count(config, args, options)
+    kind = job_kind(config)
+    settings = kind.count_settings(config, args, is_local_run(options))
+    result = run_count(list(settings.patterns), settings.count_method, settings.expected_version, options,
+                       args.index_out, args.errors_out, settings.max_chunk_bytes, settings.cache)
+    print(kind.render_count(settings, result, args))
+    return EXIT_OK
 
 
 COMMAND = Command("count", add_parser, execute, takes_beam_options=True)

@@ -82,6 +82,7 @@ class Submission:
     build: list[str] | None  # the wheel build, None when --wheel names one
     wheel: str
     run: list[str]  # `shardmill run` with the runner's options
+    beam_args: list[str]  # the options of that run that go to Beam: the runner's, the wheel, the user's
 
 
 def wheel_name(version: str) -> str:
@@ -103,7 +104,7 @@ def _checkout(path: str) -> str:
 
 def plan(args: argparse.Namespace, beam_args: list[str]) -> Submission:
     """The build and submission commands for these arguments, after checking them."""
-    from shardmill.transforms.output.contract import shardmill_version
+    from shardmill.core.output_contract import shardmill_version
 
     if not os.path.isfile(args.config):
         raise SubmitError(f"config file {args.config} does not exist")
@@ -149,9 +150,9 @@ def plan(args: argparse.Namespace, beam_args: list[str]) -> Submission:
                  checkout]
         wheel = os.path.join(checkout, "dist", wheel_name(shardmill_version()))
     # The user's own Beam options come last: later options win.
-    run = [sys.executable, "-m", "shardmill.pipelines.cli", "run", *job_argv(args), *runner_args,
-           f"--extra_package={wheel}", *beam_args]
-    return Submission(build, wheel, run)
+    run_beam_args = [*runner_args, f"--extra_package={wheel}", *beam_args]
+    run = [sys.executable, "-m", "shardmill.pipelines.cli", "run", *job_argv(args), *run_beam_args]
+    return Submission(build, wheel, run, run_beam_args)
 
 
 def validate_for_runner(runner: str, run_args: list[str], offline: bool = False) -> None:
@@ -191,10 +192,11 @@ def execute(args: argparse.Namespace, beam_args: list[str]) -> int:
         if submission.build:
             print(f"would build:  {shlex.join(submission.build)}")
         print(f"would submit: {shlex.join(submission.run)}")
-        from shardmill.pipelines import cli
+        from shardmill.pipelines.commands import run
 
-        # The graph as the runner would receive it, built here (nothing contacted, nothing written).
-        return cli.main([*submission.run[3:], "--dry-run"])
+        # The graph as the runner would receive it, built here by the submitted run's own dry run (nothing
+        # contacted, nothing written): submit's arguments hold every one of run's job arguments.
+        return run.execute(argparse.Namespace(**{**vars(args), "dry_run": True}), submission.beam_args)
     validate_for_runner(args.runner, submission.run)
     if submission.build:
         subprocess.run(submission.build, check=True)

@@ -3,7 +3,7 @@
 import pytest
 
 from shardmill.pipelines.config import ConfigError, load_config, parse_config, validate
-from shardmill.transforms.lc0.kind import count_method
+from shardmill.transforms.lc0.plan import count_method
 
 
 def test_defaults_of_an_empty_config():

@@ -1,6 +1,6 @@
 """lc0 plans composed whole, for tests and benchmarks: what the distributed stages produce together.
 
-The job never holds the index in one place (transforms/lc0/plan.py); tests
+The job never holds the index in one place (transforms/lc0/sampling.py); tests
 and benchmarks compose the same steps over one table to compare with it.
 """
 
@@ -11,7 +11,7 @@ import dataclasses
 import pyarrow as pa
 
 from shardmill.transforms.common.dead_letter import DeadLetter
-from shardmill.transforms.lc0.plan import (MAX_TASK_BYTES, WRITE_LESS, ReadTask, decide, final_stats, merge_stats,
+from shardmill.transforms.lc0.sampling import (MAX_TASK_BYTES, WRITE_LESS, ReadTask, decide, final_stats, merge_stats,
                                            plan_table, read_tasks, summarize_sources)
 from shardmill.transforms.lc0.sampling import SamplingParams, emissions
 from shardmill.transforms.output.shard_count import ShardSizing, shard_count

@@ -1,6 +1,6 @@
 """One event partition through label sampling to per-shard record batches.
 
-Plain pyarrow/numpy: the Beam transforms in transforms/events/job.py call these
+Plain pyarrow/numpy: the Beam transforms in transforms/events/graph.py call these
 per partition. Emitted rows keep every input column and gain `_partition`
 (the file's path relative to the inputs' root, with "#i" for range i of a
 split file) and `_row` (row
@@ -18,7 +18,7 @@ from shardmill.transforms.common.keyed_hash import STREAM_TWO_PASS, fingerprint,
 from shardmill.transforms.events.readers import EventPartition
 from shardmill.transforms.events.sampling import (exact_priorities, exact_select, in_bucket, priority_histogram,
                                                   sample_partition)
-from shardmill.transforms.lc0.sampling import shuffle_keys
+from shardmill.transforms.common.sampling import shuffle_keys
 
 IDENTITY_COLUMNS = ["_partition", "_row"]
 

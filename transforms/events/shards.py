@@ -13,7 +13,7 @@ from shardmill.transforms.common.discovery import skipped_files_accounting
 from shardmill.transforms.events.formats import ASSUMED_INFLATION, compression_of
 from shardmill.transforms.events.partition_sampling import IDENTITY_COLUMNS
 from shardmill.transforms.events.schema import conform
-from shardmill.transforms.events.summary import label_sampling_stats
+from shardmill.transforms.events.report import label_sampling_stats
 from shardmill.transforms.output.shard_format import ShardFormat
 
 

@@ -1,30 +1,27 @@
-"""`shardmill count`: stages 1-2 (discover, index) and a summary of what the input holds."""
+"""`shardmill count` for lc0: stages 1-2 (discover, index) and a summary of what the input holds.
+
+The kind turns the config and the command line into CountSettings (Lc0Kind.count_settings); CountIndex is the
+graph the command (pipelines/commands/count.py) runs; render_count is what it prints.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import os
-import tempfile
-import time
 
 import apache_beam as beam
 import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions
 
-from shardmill.pipelines.runner import is_local_run, make_pipeline
 from shardmill.transforms.common.dead_letter import write_dead_letters
-from shardmill.transforms.common.discovery import ERRORS, SOURCE_STATS, DiscoverFiles
+from shardmill.transforms.common.discovery import ERRORS, SOURCE_STATS
 from shardmill.transforms.common.filesystem import write_bytes_atomically, write_parquet_atomically
-from shardmill.transforms.common.progress import ProgressPrinter
-from shardmill.transforms.lc0.chunk_index import INDEX_SCHEMA
-from shardmill.transforms.lc0.gzip_chunks import DEFAULT_MAX_CHUNK_BYTES
-from shardmill.transforms.lc0.index_cache import IndexCache, prune_stats
+from shardmill.transforms.lc0.graph import index_inputs
+from shardmill.transforms.lc0.index import INDEX_SCHEMA
+from shardmill.transforms.lc0.index_cache import IndexCache
 from shardmill.transforms.lc0.index_summary import IndexSummary, MergeIndexSummaries
-from shardmill.transforms.lc0.index_transforms import IndexChunkFiles
-from shardmill.transforms.lc0.kind import LC0_INPUT_SUFFIXES
+
+MAX_ERRORS_SHOWN = 20
 
 
 def sort_index(tables: list[pa.Table]) -> pa.Table:
@@ -50,68 +47,80 @@ class CountResult:
     seconds: float
 
 
-def index_inputs(pipeline, patterns: list[str], count_method: str, expected_version: int,
-                 max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES, progress_dir: str | None = None,
-                 cache: IndexCache | None = None):
-    """Stages 1-2 on a pipeline: a dict of "index" (tables), ERRORS and SOURCE_STATS of both stages. With an
-    index cache, unchanged sources come from it, and its entries unused for its max age are removed."""
-    found = pipeline | "Discover" >> DiscoverFiles(patterns, LC0_INPUT_SUFFIXES)
-    indexed = found["batches"] | "IndexChunks" >> IndexChunkFiles(count_method, expected_version, max_chunk_bytes,
-                                                                     progress_dir, cache)
-    stats = [found[SOURCE_STATS], indexed[SOURCE_STATS]]
-    if cache is not None:
-        stats.append(pipeline | "IndexCache" >> beam.Create([cache]) | "PruneIndexCache" >> beam.Map(prune_stats))
-    return {
-        "index": indexed["index"],
-        ERRORS: (found[ERRORS], indexed[ERRORS]) | "DiscoverAndIndexErrors" >> beam.Flatten(),
-        SOURCE_STATS: tuple(stats) | "DiscoverAndIndexStats" >> beam.Flatten(),
-    }
+@dataclasses.dataclass(frozen=True)
+class CountSettings:
+    """What a count indexes and how, as plain values."""
+
+    patterns: tuple[str, ...]
+    count_method: str
+    expected_version: int
+    max_chunk_bytes: int
+    cache: IndexCache | None = None
 
 
-def run_count(
-    patterns: list[str],
-    count_method: str,
-    expected_version: int,
-    options: PipelineOptions,
-    index_out: str | None = None,
-    errors_out: str | None = None,
-    max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES,
-    cache: IndexCache | None = None,
-) -> CountResult:
-    """Runs discover + index (through the index cache, if any) and writes the index (Parquet), dead letters
-    (JSON lines) and summary."""
-    work_dir = tempfile.mkdtemp(prefix="shardmill-count-")
-    index_path = index_out or f"{work_dir}/index.parquet"
-    errors_path = errors_out or f"{work_dir}/errors.jsonl"
-    summary_path = f"{work_dir}/summary.json"
-    started = time.monotonic()
-    progress_dir = f"{work_dir}/progress" if is_local_run(options) else None
-    with contextlib.ExitStack() as progress_running:
-        if progress_dir:
-            os.makedirs(progress_dir)
-            progress = ProgressPrinter(progress_dir)
-            progress.start()
-            progress_running.callback(progress.stop)  # after the pipeline has run (it runs on leaving `with p`)
-        with make_pipeline(options) as p:
-            outputs = index_inputs(p, patterns, count_method, expected_version, max_chunk_bytes, progress_dir, cache)
-            tables, dead, stats = outputs["index"], outputs[ERRORS], outputs[SOURCE_STATS]
-            _ = tables | "AllTables" >> beam.combiners.ToList() | "WriteIndex" >> beam.Map(write_index, index_path)
-            _ = dead | "AllErrors" >> beam.combiners.ToList() | "WriteErrors" >> beam.Map(
-                lambda dead_letters, path: write_dead_letters(path, dead_letters), errors_path
+@dataclasses.dataclass(frozen=True)
+class CountPaths:
+    """Where a count writes the index (Parquet), the dead letters (JSON lines) and the summary (JSON)."""
+
+    index: str
+    errors: str
+    summary: str
+
+
+class CountIndex(beam.PTransform):
+    """Discover + index (through the index cache, if any), then write the index, dead letters and summary."""
+
+    def __init__(self, settings: CountSettings, paths: CountPaths, progress_dir: str | None = None):
+        super().__init__()
+        self._settings = settings
+        self._paths = paths
+        self._progress_dir = progress_dir
+
+    def expand(self, pbegin):
+        s, paths = self._settings, self._paths
+        outputs = index_inputs(pbegin, list(s.patterns), s.count_method, s.expected_version, s.max_chunk_bytes,
+                               self._progress_dir, s.cache)
+        tables, dead, stats = outputs["index"], outputs[ERRORS], outputs[SOURCE_STATS]
+        _ = tables | "AllTables" >> beam.combiners.ToList() | "WriteIndex" >> beam.Map(write_index, paths.index)
+        _ = dead | "AllErrors" >> beam.combiners.ToList() | "WriteErrors" >> beam.Map(
+            lambda dead_letters, path: write_dead_letters(path, dead_letters), paths.errors
+        )
+        return (
+            (
+                tables | "SummarizeTables" >> beam.Map(IndexSummary.of_table),
+                dead | "SummarizeErrors" >> beam.Map(IndexSummary.of_dead_letter),
+                stats | "SummarizeSources" >> beam.Map(IndexSummary.of_source_stats),
             )
-            _ = (
-                (
-                    tables | "SummarizeTables" >> beam.Map(IndexSummary.of_table),
-                    dead | "SummarizeErrors" >> beam.Map(IndexSummary.of_dead_letter),
-                    stats | "SummarizeSources" >> beam.Map(IndexSummary.of_source_stats),
-                )
-                | "AllSummaries" >> beam.Flatten()
-                | "Merge" >> beam.CombineGlobally(MergeIndexSummaries())
-                | "WriteSummary" >> beam.Map(write_summary, summary_path)
-            )
-    seconds = time.monotonic() - started
-    with FileSystems.open(summary_path) as f:
+            | "AllSummaries" >> beam.Flatten()
+            | "Merge" >> beam.CombineGlobally(MergeIndexSummaries())
+            | "WriteSummary" >> beam.Map(write_summary, paths.summary)
+        )
+
+
+def read_count_result(paths: CountPaths, seconds: float) -> CountResult:
+    """The result of a count that ran, from the files CountIndex wrote."""
+    with FileSystems.open(paths.summary) as f:
         summary = IndexSummary.from_dict(json.loads(f.read()))
-    with FileSystems.open(errors_path) as f:
+    with FileSystems.open(paths.errors) as f:
         dead_letters = [json.loads(line) for line in f.read().decode().splitlines() if line]
-    return CountResult(summary, dead_letters, index_path, errors_path, seconds)
+    return CountResult(summary, dead_letters, paths.index, paths.errors, seconds)
+
+
+def render_count(settings: CountSettings, result: CountResult, as_json: bool, index_out: str | None,
+                 errors_out: str | None) -> str:
+    """What `shardmill count` prints: the summary (or it as JSON) and the first errors."""
+    if as_json:
+        return json.dumps({"summary": result.summary.to_dict(), "errors": result.dead_letters,
+                           "seconds": result.seconds}, indent=1)
+    lines = [f"shardmill count: {len(settings.patterns)} pattern(s), count method {settings.count_method}, "
+             f"{result.seconds:.1f} s", result.summary.render()]
+    for dead in result.dead_letters[:MAX_ERRORS_SHOWN]:
+        where = dead["path"] + (f" :: {dead['member']}" if dead["member"] else "")
+        lines.append(f"  error: {where}: {dead['reason']}: {dead['detail']}")
+    if len(result.dead_letters) > MAX_ERRORS_SHOWN:
+        lines.append(f"  ... {len(result.dead_letters) - MAX_ERRORS_SHOWN} more in {result.errors_path}")
+    if index_out:
+        lines.append(f"index written to {result.index_path}")
+    if errors_out:
+        lines.append(f"errors written to {result.errors_path}")
+    return "\n".join(lines)

@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 
 from shardmill.transforms.common.dead_letter import DeadLetter
 from shardmill.transforms.common.filesystem import is_local, normalize, write_bytes_atomically
-from shardmill.transforms.lc0.chunk_index import INDEX_SCHEMA, SourceIndex
+from shardmill.transforms.lc0.index import INDEX_SCHEMA, SourceIndex
 
 _LOG = logging.getLogger(__name__)
 

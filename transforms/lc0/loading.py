@@ -17,13 +17,13 @@ import os
 import numpy as np
 import pyarrow as pa
 
-from shardmill.native_ext import kernels
+from shardmill.core import kernels
 from shardmill.transforms.common.dead_letter import DeadLetter
 from shardmill.transforms.common.filesystem import Opener, default_opener
 from shardmill.transforms.common.pooled import pooled_empty
+from shardmill.transforms.common.sampling import shuffle_keys
 from shardmill.transforms.lc0.gzip_chunks import ChunkError, ChunkSpan, inflate_chunk
-from shardmill.transforms.lc0.plan import ReadTask
-from shardmill.transforms.lc0.sampling import emissions, shuffle_keys
+from shardmill.transforms.lc0.sampling import ReadTask, emissions
 
 # Threads inflating chunks inside one load task (Arrow's inflate releases the GIL).
 INFLATE_THREADS = min(4, os.cpu_count() or 1)

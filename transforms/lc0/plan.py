@@ -1,283 +1,67 @@
-"""Stage 3: the plan, decided from the chunk index alone, without any element holding the index.
+"""The lc0 job's plan, made on the launcher: its settings as plain values for the workers.
 
-Global decisions come from per-source summaries (a few numbers per source):
-which sources are duplicates, the dominant record version and the window
-cut. Every per-chunk decision (in window, use counts, planned records, read
-tasks) is then made where the chunk's index rows already are, one index
-table (one batch of sources) at a time; only sums travel further (the
-planned record total, which fixes the shard count, and the statistics).
-
-  summarize_sources(table)            per source: chunks/records per version
-  decide(summaries, params)           GlobalDecisions (O(sources))
-  plan_table(table, decisions, ...)   PlannedTable: dead letters, used rows, partial stats
-  read_tasks(planned, ...)            ReadTasks of at most max_task_bytes of output each
-
-A task carries a copy of only its own rows (never a slice: a slice pickles its
-parent's buffers), and a chunk whose planned output exceeds max_task_bytes is
-split across tasks by ranges of its emissions, so every work item is bounded
-whatever `passes` and `position_count` are.
+Which chunks are used is decided in the pipeline, from the index (sampling.py): no launcher holds the index
+(rule: scale is designed in), so the launcher's plan is the settings that decision and the loading need.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import posixpath
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from shardmill.transforms.common.dead_letter import DeadLetter
-from shardmill.transforms.common.keyed_hash import chunk_keys
-from shardmill.transforms.lc0.gzip_chunks import DEFAULT_MAX_CHUNK_BYTES
-from shardmill.transforms.lc0.sampling import SamplingParams, acceptance_probability, use_counts
-
-LENGTH_BIN = 20  # acceptance statistics by game length, in bins of this many records
-# Probabilities are summed as integers of this scale, so statistics merged in any order are identical.
-PROBABILITY_SCALE = 1 << 40
-
-
-
-MAX_TASK_BYTES = 64 << 20  # planned output bytes per read task
-# What makes an lc0 output smaller, for a plan refused for its size.
-WRITE_LESS = "sample less (chunk_pool.passes, position_count)"
-
-
-@dataclasses.dataclass
-class ReadTask:
-    """Stage-4 work item: chunks to read, by source and in file order (source: the first one's).
-
-    chunks: index columns + chunk_key, num_uses, emit_start, emit_stop: the
-    task writes emissions [emit_start, emit_stop) of each chunk (a chunk's
-    emissions are its uses' records in order; see chunk_sampling.emissions).
-    """
-
-    source: str
-    chunks: pa.Table
-    params: SamplingParams
-    num_shards: int
-    max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES
+from shardmill.transforms.common.ordered_pool import elements_at_once
+from shardmill.transforms.lc0.index_cache import IndexCache, cache_location
+from shardmill.transforms.lc0.sampling import SamplingParams
+from shardmill.transforms.output.shard_count import ShardSizing
 
 
 @dataclasses.dataclass(frozen=True)
-class GlobalDecisions:
-    """What every index table needs to know to plan its own chunks."""
+class Lc0Plan:
+    """The lc0 job's settings as plain values (protos don't pickle to workers)."""
 
-    dropped_sources: dict  # source path -> the path that keeps its sort key
-    record_version: int
-    record_size: int
-    cut_sort_key: str | None  # None: every chunk is in the window
-    cut_take: int  # chunks of the cut source in the window (its newest)
-
-
-@dataclasses.dataclass
-class PlannedTable:
-    """One index table planned: its dead letters, used chunks and statistics."""
-
-    dead_letters: list[DeadLetter]
-    used: pa.Table  # index columns + chunk_key, num_uses, planned_records
-    stats: dict  # partial statistics; merge_stats adds them up
-
-    @property
-    def records_planned(self) -> int:
-        return self.stats["records_planned"]
+    inputs: tuple[str, ...]
+    count_method: str
+    expected_version: int
+    max_chunk_bytes: int
+    params: SamplingParams
+    sizing: ShardSizing
+    index_cache: IndexCache | None = None
+    load_tasks_at_once: int = 1  # read tasks one worker loads and spills at once
 
 
-def summarize_sources(table: pa.Table) -> list[dict]:
-    """Per source of an index table: its sort key and (chunks, records, record_size) per version."""
-    if table.num_rows == 0:
-        return []
-    grouped = table.group_by(["source", "sort_key", "version", "record_size"]).aggregate(
-        [("num_records", "sum"), ("num_records", "count")])
-    out: dict[str, dict] = {}
-    for row in grouped.to_pylist():
-        summary = out.setdefault(row["source"], {"source": row["source"], "sort_key": row["sort_key"], "versions": {}})
-        summary["versions"][int(row["version"])] = [int(row["num_records_count"]), int(row["num_records_sum"]),
-                                                    int(row["record_size"])]
-    return list(out.values())
+def count_method(lc0_config) -> str:
+    """The index count method as the kernel's name for it (unset: scan)."""
+    from shardmill.proto import shardmill_config_pb2 as config_pb2
+
+    method = lc0_config.index.count_method
+    return "scan" if method == config_pb2.COUNT_METHOD_UNSPECIFIED else config_pb2.CountMethod.Name(method).lower()
 
 
-def decide(summaries: list[dict], pool_size: int) -> GlobalDecisions:
-    """Duplicates, dominant version and window cut from the per-source summaries (any order)."""
-    first: dict[str, str] = {}
-    for source in sorted(s["source"] for s in summaries):
-        first.setdefault(posixpath.basename(source), source)
-    dropped = {s["source"]: first[posixpath.basename(s["source"])] for s in summaries
-               if first[posixpath.basename(s["source"])] != s["source"]}
-    kept = [s for s in summaries if s["source"] not in dropped]
-    chunks_by_version: dict[int, int] = {}
-    sizes: dict[int, int] = {}
-    for s in kept:
-        for version, (chunks, _, size) in s["versions"].items():
-            chunks_by_version[version] = chunks_by_version.get(version, 0) + chunks
-            sizes[version] = size
-    if not chunks_by_version:
-        return GlobalDecisions(dropped, 6, 8356, None, 0)
-    version = max(chunks_by_version, key=lambda v: (chunks_by_version[v], v))  # most chunks; ties: newest
-    cut_key, take = None, 0
-    if pool_size > 0:
-        remaining = pool_size
-        for s in sorted(kept, key=lambda s: s["sort_key"], reverse=True):
-            chunks = s["versions"].get(version, [0])[0]
-            if chunks >= remaining:
-                cut_key, take = s["sort_key"], remaining
-                break
-            remaining -= chunks
-    return GlobalDecisions(dropped, version, sizes[version], cut_key, take)
+def sampling_params(config) -> SamplingParams:
+    """The chunk-sampling kernel's parameters from a validated config."""
+    pool = config.lc0.chunk_pool
+    return SamplingParams(
+        seed=config.seed,
+        passes=pool.passes,
+        position_count=pool.position_count,
+        threshold=pool.hanse_sampling_threshold,
+        gamma=pool.hanse_sampling_gamma if pool.HasField("hanse_sampling_threshold") else 1.0,
+        pool_size=pool.chunk_pool_size,
+    )
 
 
-def window_mask(sort_keys: np.ndarray, chunks: np.ndarray, decisions: GlobalDecisions) -> np.ndarray:
-    """Chunks (of kept sources and version) inside the window: sources newer than the cut, and the cut's newest."""
-    if decisions.cut_sort_key is None:
-        return np.ones(len(chunks), dtype=bool)
-    mask = sort_keys > decisions.cut_sort_key
-    at_cut = np.flatnonzero(sort_keys == decisions.cut_sort_key)
-    if len(at_cut):
-        newest = at_cut[np.argsort(chunks[at_cut], kind="stable")[::-1][:decisions.cut_take]]
-        mask[newest] = True
-    return mask
+def index_cache(index_config, method: str, local_run: bool) -> IndexCache | None:
+    """The IndexCache of a validated IndexConfig for this way of indexing, or None (index_cache.py)."""
+    location = cache_location(index_config, local_run)
+    if location is None:
+        return None
+    return IndexCache(location, method, index_config.lc0_version, index_config.max_chunk_bytes,
+                      index_config.cache_max_age_days)
 
 
-def _length_bins(num_records, probability, uses, passes) -> dict:
-    bins = num_records // LENGTH_BIN
-    out = {}
-    for b in np.unique(bins):
-        sel = bins == b
-        out[int(b)] = [int(sel.sum()), int(sel.sum()) * passes, int(uses[sel].sum()),
-                       int(np.rint(probability[sel] * PROBABILITY_SCALE).astype(np.int64).sum())]
-    return out
-
-
-def plan_table(table: pa.Table, decisions: GlobalDecisions, params: SamplingParams) -> PlannedTable:
-    """Plans the chunks of one index table under the global decisions."""
-    dead: list[DeadLetter] = []
-    sources = table["source"].to_numpy(zero_copy_only=False).astype(object)
-    versions = table["version"].to_numpy()
-    duplicate = np.array([s in decisions.dropped_sources for s in sources], dtype=bool)
-    other_version = ~duplicate & (versions != decisions.record_version)
-    for row in table.filter(pa.array(duplicate)).to_pylist():
-        dead.append(DeadLetter(row["source"], "plan", "duplicate_source",
-                               f"sort key {row['sort_key']!r} is also {decisions.dropped_sources[row['source']]!r}",
-                               row["member"], row["chunk"]))
-    for row in table.filter(pa.array(other_version)).to_pylist():
-        dead.append(DeadLetter(row["source"], "plan", "wrong_version",
-                               f"V{row['version']} chunk in a V{decisions.record_version} window "
-                               "(set index.lc0_version)", row["member"], row["chunk"]))
-    kept = table.filter(pa.array(~duplicate & ~other_version))
-    sort_keys = kept["sort_key"].to_numpy(zero_copy_only=False).astype(object)
-    chunks = kept["chunk"].to_numpy()
-    in_window = window_mask(sort_keys, chunks, decisions)
-    window = kept.filter(pa.array(in_window))
-    num_records = window["num_records"].to_numpy()
-    keys = chunk_keys(window["sort_key"].to_numpy(zero_copy_only=False), window["chunk"].to_numpy())
-    probability = acceptance_probability(num_records, params.threshold, params.gamma)
-    uses = use_counts(keys, probability, params.passes, params.seed)
-    per_use = num_records if params.position_count <= 0 else np.full_like(num_records, params.position_count)
-    planned = uses * per_use
-    window = window.append_column("chunk_key", pa.array(keys, pa.uint64()))
-    window = window.append_column("num_uses", pa.array(uses, pa.int64()))
-    window = window.append_column("planned_records", pa.array(planned, pa.int64()))
-    used_mask = uses > 0
-    histogram = np.unique(uses, return_counts=True)
-    stats = {
-        "chunks_indexed": table.num_rows,
-        "records_indexed": int(pc.sum(table["num_records"]).as_py() or 0),
-        "chunks_rejected_by_plan": len(dead),
-        "chunks_outside_window": int((~in_window).sum()),
-        "chunks_never_accepted": int((~used_mask).sum()),
-        "chunks_used": int(used_mask.sum()),
-        "uses_planned": int(uses.sum()),
-        "records_planned": int(planned.sum()),
-        "proposals": len(uses) * params.passes,
-        "use_counts": {int(u): int(c) for u, c in zip(*histogram)},
-        "by_length": _length_bins(num_records, probability, uses, params.passes),
-    }
-    return PlannedTable(dead, window.filter(pa.array(used_mask)), stats)
-
-
-def merge_stats(parts: list[dict]) -> dict:
-    """Adds up partial statistics of plan_table (order-independent)."""
-    total: dict = {"use_counts": {}, "by_length": {}}
-    for part in parts:
-        for key, value in part.items():
-            if key == "use_counts":
-                for u, c in value.items():
-                    total["use_counts"][int(u)] = total["use_counts"].get(int(u), 0) + c
-            elif key == "by_length":
-                for b, values in value.items():
-                    old = total["by_length"].get(int(b), [0, 0, 0, 0])
-                    total["by_length"][int(b)] = [x + y for x, y in zip(old, values)]
-            else:
-                total[key] = total.get(key, 0) + value
-    return total
-
-
-def final_stats(merged: dict, params: SamplingParams) -> dict:
-    """The manifest's plan statistics (accounting and sampling) from the merged partial ones."""
-    accounting = {key: merged.get(key, 0) for key in (
-        "chunks_indexed", "records_indexed", "chunks_rejected_by_plan", "chunks_outside_window",
-        "chunks_never_accepted", "chunks_used", "uses_planned", "records_planned")}
-    return {
-        "accounting": accounting,
-        "sampling": {
-            "passes": params.passes,
-            "position_count": params.position_count,
-            "hanse_sampling_threshold": params.threshold,
-            "hanse_sampling_gamma": params.gamma,
-            "chunk_pool_size": params.pool_size,
-            "proposals": merged.get("proposals", 0),
-            "accepted": merged.get("uses_planned", 0),
-            # [use count, chunks] for every use count that occurred (sparse: passes may be 10^6).
-            "use_count_histogram": [[uses, chunks] for uses, chunks in sorted(merged.get("use_counts", {}).items())],
-            "by_length": [{
-                "min_records": b * LENGTH_BIN, "max_records": b * LENGTH_BIN + LENGTH_BIN - 1,
-                "chunks": chunks, "proposals": proposals, "accepted": accepted,
-                "expected_acceptance": probability_sum / PROBABILITY_SCALE / chunks,
-            } for b, (chunks, proposals, accepted, probability_sum) in sorted(merged.get("by_length", {}).items())],
-        },
-    }
-
-
-def read_tasks(used: pa.Table, params: SamplingParams, num_shards: int, max_task_bytes: int,
-               max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES) -> list[ReadTask]:
-    """Used chunks in (source, file offset) order, cut into tasks of at most max_task_bytes of output.
-
-    Small sources share a task (a task per loose game would cost a Beam
-    element and a spill file each); a chunk with more output than a task is
-    split by ranges of its emissions. Every task's table is a copy holding
-    only its rows.
-    """
-    if used.num_rows == 0:
-        return []
-    used = used.sort_by([("source", "ascending"), ("offset", "ascending")])
-    planned = used["planned_records"].to_numpy()
-    record_size = int(used["record_size"][0].as_py())
-    per_task = max(1, max_task_bytes // record_size)  # emissions per task
-    tasks = []
-    rows: list[int] = []
-    starts: list[int] = []
-    stops: list[int] = []
-    budget = per_task
-
-    def flush():
-        nonlocal rows, starts, stops, budget
-        if rows:
-            chunk_rows = used.take(pa.array(rows, pa.int64()))  # take copies: no parent buffers
-            chunk_rows = chunk_rows.append_column("emit_start", pa.array(starts, pa.int64()))
-            chunk_rows = chunk_rows.append_column("emit_stop", pa.array(stops, pa.int64()))
-            tasks.append(ReadTask(str(chunk_rows["source"][0]), chunk_rows, params, num_shards, max_chunk_bytes))
-        rows, starts, stops, budget = [], [], [], per_task
-
-    for i in range(used.num_rows):
-        start, total = 0, int(planned[i])
-        while start < total:
-            take = min(budget, total - start)
-            rows.append(i)
-            starts.append(start)
-            stops.append(start + take)
-            start += take
-            budget -= take
-            if budget == 0:
-                flush()
-    flush()
-    return tasks
+def plan_lc0(config, inputs: list[str], local_run: bool = True) -> Lc0Plan:
+    """The plan of a validated config: inputs, how to index them (and the cache), how to sample and size shards."""
+    method = count_method(config.lc0)
+    return Lc0Plan(inputs=tuple(inputs), count_method=method, expected_version=config.lc0.index.lc0_version,
+                   max_chunk_bytes=config.lc0.index.max_chunk_bytes, params=sampling_params(config),
+                   sizing=ShardSizing.of(config.output), index_cache=index_cache(config.lc0.index, method, local_run),
+                   load_tasks_at_once=elements_at_once(local_run))

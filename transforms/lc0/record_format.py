@@ -1,4 +1,4 @@
-"""Leela Chess Zero training-record formats (ARCHITECTURE.md, "Formats").
+"""Leela Chess Zero's formats (ARCHITECTURE.md, "Formats"): the training records, and the files they come in.
 
 A record is a little-endian struct whose first 4 bytes hold its version; the
 version fixes the record size. Only V6 has its full layout spelled out here
@@ -9,6 +9,12 @@ needed to count and cut records.
 from __future__ import annotations
 
 import numpy as np
+
+# The files lc0 data comes in: games as `.gz` chunks, loose or as members of uncompressed `.tar` archives.
+SOURCE_SUFFIXES = (".gz", ".tar")
+COMPRESSED_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")  # refused with their own reason
+# What discovery hands to indexing: the sources, and the archives that get their own dead letter.
+LC0_INPUT_SUFFIXES = SOURCE_SUFFIXES + COMPRESSED_ARCHIVE_SUFFIXES
 
 # Record size in bytes for each known version.
 RECORD_SIZES: dict[int, int] = {3: 8276, 4: 8292, 5: 8308, 6: 8356, 7: 8396}

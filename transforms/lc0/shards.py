@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 from shardmill.transforms.common.discovery import skipped_files_accounting
 from shardmill.transforms.common.pooled import pooled_empty
 from shardmill.transforms.lc0.loading import shuffle_schema
-from shardmill.transforms.lc0.summary import accounting
+from shardmill.transforms.lc0.report import accounting
 from shardmill.transforms.output.shard_format import ShardFormat
 
 ORDER_COLUMNS = ["order_key", "source", "chunk", "use_count", "position"]

@@ -1,4 +1,4 @@
-"""The token job kind: its config section, plan, shards, summary and plots."""
+"""The token job kind: its config section's checks and its hooks (plan.py, graph.py, shards.py, report.py)."""
 
 from __future__ import annotations
 
@@ -67,12 +67,12 @@ class TokensKind(JobKind):
         return plan_tokens(config)
 
     def transform(self, config, plan, paths):
-        from shardmill.transforms.tokens.job import TokenJob
+        from shardmill.transforms.tokens.graph import TokenJob
 
         return TokenJob(plan, paths)
 
     def stage(self, plan, paths):
-        from shardmill.transforms.tokens.job import stage_indices
+        from shardmill.transforms.tokens.graph import stage_indices
 
         stage_indices(plan, paths)
 

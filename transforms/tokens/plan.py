@@ -22,7 +22,7 @@ import numpy as np
 from shardmill.transforms.common.discovery import InputError
 from shardmill.transforms.common.filesystem import file_size, read_all
 from shardmill.transforms.common.keyed_hash import STREAM_KEEP, hash_words, unit_float
-from shardmill.transforms.lc0.sampling import acceptance_probability
+from shardmill.transforms.common.sampling import acceptance_probability
 from shardmill.transforms.output.shard_count import ShardSizing, shard_count
 from shardmill.transforms.tokens.megatron_blend import (normalize, parse_split, plan_unweighted_blend,
                                                         plan_weighted_blend, sizes_per_dataset, split_matrix,

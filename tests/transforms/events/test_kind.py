@@ -8,7 +8,7 @@ import pytest
 
 from shardmill.pipelines.config import parse_config, validate
 from shardmill.pipelines.jobs import kind_named
-from shardmill.transforms.events import inflate, kind as labels_kind
+from shardmill.transforms.events import inflate, plan as labels_plan
 from shardmill.transforms.events.formats import ASSUMED_INFLATION
 from tests.support.local_files import local_open
 
@@ -69,7 +69,7 @@ def test_a_heads_inflation_is_the_logs_exactly_when_whole_and_closely_from_a_par
 
 
 def test_logs_beyond_the_measured_ones_take_their_codecs_largest_measured_ratio(tmp_path, monkeypatch):
-    monkeypatch.setattr(labels_kind, "MEASURED_LOGS_PER_CODEC", 2)
+    monkeypatch.setattr(labels_plan, "MEASURED_LOGS_PER_CODEC", 2)
     opened = []
 
     def opener(path):
@@ -82,7 +82,7 @@ def test_logs_beyond_the_measured_ones_take_their_codecs_largest_measured_ratio(
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
     listed = [(str(tmp_path / name), len(data)) for name, data in files.items()]
-    ratios = labels_kind.inflation_ratios(listed, opener)
+    ratios = labels_plan.inflation_ratios(listed, opener)
     # The two largest gzip logs and the one zstd log are read, once each; the third gzip log takes the largest.
     assert sorted(opened) == [str(tmp_path / n) for n in ("a.csv.gz", "b.csv.gz", "d.csv.zst")]
     assert ratios[str(tmp_path / "a.csv.gz")] == pytest.approx(len(_rows(2000, 1000)) / len(dense))
@@ -94,9 +94,9 @@ def test_logs_beyond_the_measured_ones_take_their_codecs_largest_measured_ratio(
 def test_a_log_that_cannot_be_measured_takes_the_assumed_ratio(tmp_path):
     (tmp_path / "x.csv.gz").write_bytes(b"id,clicked\n1,1\n" * 100)  # not gzip: the run dead-letters it
     listed = [(str(tmp_path / "x.csv.gz"), 1500), (str(tmp_path / "gone.csv.zst"), 10)]
-    assert labels_kind.inflation_ratios(listed, local_open) == {
+    assert labels_plan.inflation_ratios(listed, local_open) == {
         str(tmp_path / "x.csv.gz"): ASSUMED_INFLATION, str(tmp_path / "gone.csv.zst"): ASSUMED_INFLATION}
-    assert labels_kind.rows_bytes(listed + [("plain.csv", 7)], local_open) == (1500 + 10) * ASSUMED_INFLATION + 7
+    assert labels_plan.rows_bytes(listed + [("plain.csv", 7)], local_open) == (1500 + 10) * ASSUMED_INFLATION + 7
 
 
 def test_measuring_a_bomb_inflates_a_bounded_amount(monkeypatch):

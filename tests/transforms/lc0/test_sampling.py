@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from shardmill.transforms.common import keyed_hash
-from shardmill.transforms.lc0 import plan as job_plan
-from shardmill.transforms.lc0.sampling import acceptance_probability, round_permutation, shuffle_keys, use_counts
+from shardmill.transforms.common.sampling import acceptance_probability, shuffle_keys
+from shardmill.transforms.lc0.sampling import decide, round_permutation, use_counts, window_mask
 from tests.support.lc0_plan import positions_of_uses
 from tests.support.stats import binomial_pmf, chi_square_test
 
@@ -54,7 +54,7 @@ def test_chunk_keys_depend_on_sort_key_and_chunk_only():
 def window_of(sort_keys, chunks, pool_size):
     summaries = [{"source": k, "sort_key": k, "versions": {6: [n, n * 10, 8356]}}
                  for k, n in collections.Counter(sort_keys.tolist()).items()]
-    return job_plan.window_mask(sort_keys, chunks, job_plan.decide(summaries, pool_size))
+    return window_mask(sort_keys, chunks, decide(summaries, pool_size))
 
 
 def test_window_keeps_the_newest_chunks_by_sort_key_then_chunk():

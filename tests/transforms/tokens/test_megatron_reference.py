@@ -21,7 +21,7 @@ import pytest
 from shardmill.native_ext.dataset import load_manifest
 from shardmill.pipelines import cli
 from shardmill.pipelines.config import ConfigError, parse_config, validate
-from shardmill.transforms.tokens.job import sample_batch
+from shardmill.transforms.tokens.graph import sample_batch
 from shardmill.transforms.tokens.plan import plan_tokens
 from tests.support.paths import REPO, SHARED_FIXTURES
 

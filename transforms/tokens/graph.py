@@ -1,4 +1,4 @@
-"""The token job: Megatron `.idx/.bin` corpora in, Megatron's GPT samples of one split spilled per shard.
+"""The token job's graph: Megatron `.idx/.bin` corpora in, Megatron's GPT samples of one split spilled per shard.
 
 The launcher has built Megatron's indices (plan.py); they are kept in the
 output as `_gNNNNNN/megatron-indices.npz` (INDICES_NAME), from where every
@@ -18,7 +18,7 @@ import pyarrow as pa
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from shardmill.native_ext.kernels import copy_runs
+from shardmill.core.kernels import copy_runs
 from shardmill.transforms.common.filesystem import file_size, is_local, read_all, write_bytes_atomically
 from shardmill.transforms.common.progress import ProgressLog, record_total
 from shardmill.transforms.common.spill import write_spill

@@ -12,7 +12,7 @@ from shardmill.pipelines.config import parse_config
 from shardmill.pipelines.jobs import job_kind
 from shardmill.transforms.common.dead_letter import DeadLetter
 from shardmill.transforms.common.discovery import ERRORS
-from shardmill.transforms.lc0 import job
+from shardmill.transforms.lc0 import graph
 from shardmill.transforms.lc0.loading import LoadedTask
 
 
@@ -53,9 +53,9 @@ def test_tasks_loaded_at_once_are_emitted_in_arrival_order_with_their_dead_lette
         dead = [DeadLetter(task.source, "load", "corrupt", "bad", "m", 1)] if number % 2 else []
         return LoadedTask({0: object()}, dead, chunks_loaded=1, uses_written=1, records_written=number)
 
-    monkeypatch.setattr(job, "load_task", load)
-    monkeypatch.setattr(job, "write_spill", lambda path, batches: [(0, (os.path.basename(path), 0))])
-    load_fn = job._LoadTasksFn(_Paths(), 2)
+    monkeypatch.setattr(graph, "load_task", load)
+    monkeypatch.setattr(graph, "write_spill", lambda path, batches: [(0, (os.path.basename(path), 0))])
+    load_fn = graph._LoadTasksFn(_Paths(), 2)
     load_fn.setup()
     load_fn.start_bundle()
     outputs = [o for number in range(5) for o in load_fn.process(_Task(number))]
@@ -65,7 +65,7 @@ def test_tasks_loaded_at_once_are_emitted_in_arrival_order_with_their_dead_lette
     outputs = [_unwrapped(o) for o in outputs]
     refs = [value[1][0] for tag, value in outputs if tag is None]
     assert [name.split("-")[2] for name in refs] == [f"{n:08d}" for n in range(5)]  # arrival order
-    stats = [value["load"]["records_written"] for tag, value in outputs if tag == job.LOAD_STATS]
+    stats = [value["load"]["records_written"] for tag, value in outputs if tag == graph.LOAD_STATS]
     assert stats == [0, 1, 2, 3, 4]
     dead = [value["path"] for tag, value in outputs if tag == ERRORS]
     assert dead == ["archive-1.tar", "archive-3.tar"]

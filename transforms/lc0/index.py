@@ -1,4 +1,4 @@
-"""Stage 2 kernel: index one source file into a table with one row per chunk.
+"""Stage 2, index: one source file into a table with one row per chunk (the Beam transforms are in graph.py).
 
 A source is a loose `.gz` file (one chunk) or an uncompressed `.tar` archive
 (one chunk per `.gz` member; directories, links, `LICENSE` and other non-`.gz`
@@ -23,7 +23,7 @@ import pyarrow as pa
 from shardmill.transforms.common.dead_letter import DeadLetter
 from shardmill.transforms.common.filesystem import Opener, default_opener
 from shardmill.transforms.lc0.gzip_chunks import DEFAULT_MAX_CHUNK_BYTES, ChunkError, ChunkSpan, count_records
-from shardmill.transforms.lc0.kind import COMPRESSED_ARCHIVE_SUFFIXES, SOURCE_SUFFIXES
+from shardmill.transforms.lc0.record_format import COMPRESSED_ARCHIVE_SUFFIXES, SOURCE_SUFFIXES
 
 # One row per chunk. Every later stage plans from these columns alone.
 INDEX_SCHEMA = pa.schema(

@@ -6,7 +6,7 @@ import pytest
 
 from shardmill.pipelines.config import parse_config, validate
 from shardmill.transforms.tokens.plan import plan_tokens
-from shardmill.transforms.tokens.summary import rows_reason
+from shardmill.transforms.tokens.report import rows_reason
 from tests.support.paths import SHARED_FIXTURES
 
 FIXTURES = os.path.join(SHARED_FIXTURES, "megatron")

@@ -1,4 +1,4 @@
-"""Stages 1-2 on Beam: the same exact index on every local execution mode, and the CLI."""
+"""`shardmill count` (stages 1-2 on Beam): the same exact index on every local execution mode, and the CLI."""
 
 import json
 import os
@@ -9,7 +9,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from shardmill.pipelines import cli
 from shardmill.transforms.common.discovery import InputError, expand_inputs
-from shardmill.transforms.lc0.count import run_count
+from shardmill.pipelines.commands.count import run_count
 from shardmill.transforms.lc0.kind import LC0_INPUT_SUFFIXES
 
 MODES = {

@@ -286,7 +286,7 @@ def test_a_label_column_no_file_has_is_a_config_error_before_any_pipeline(tmp_pa
 
     probed = []
     original = readers.column_names
-    monkeypatch.setattr("shardmill.transforms.events.job.column_names",
+    monkeypatch.setattr("shardmill.transforms.events.plan.column_names",
                         lambda path, *a, **k: probed.append(path) or original(path, *a, **k))
     config = tmp_path / "c.textproto"
     config.write_text(f'input: "{logs}"\nlabel_sampling {{ label_column: "click" }}\n')
@@ -516,7 +516,7 @@ def test_partitions_read_and_left_out_whole_are_counted_read_and_left_out_whatev
 def test_a_compressed_log_that_fails_its_second_pass_is_counted_read_and_left_out(tmp_path, monkeypatch):
     import gzip
 
-    from shardmill.transforms.events import job, record_ends
+    from shardmill.transforms.events import graph, record_ends
 
     monkeypatch.setattr(record_ends, "STREAM_BLOCK_BYTES", 4096)  # the log is read in blocks, twice
 
@@ -524,7 +524,7 @@ def test_a_compressed_log_that_fails_its_second_pass_is_counted_read_and_left_ou
         raise ValueError("block 0 reads 3 rows now, 400 before")
         yield
 
-    monkeypatch.setattr(job, "event_blocks", changed)
+    monkeypatch.setattr(graph, "event_blocks", changed)
     logs = tmp_path / "logs"
     logs.mkdir()
     (logs / "a.csv").write_text("id,clicked\n" + "".join(f"{i},{i % 2}\n" for i in range(1000)))

@@ -1,4 +1,4 @@
-"""The label-sampling job: event logs in, label-sampled rows spilled per shard.
+"""The label-sampling job's graph: event logs in, label-sampled rows spilled per shard.
 
 discover → partitions (files, or record-aligned ranges of large ones, named
 by their path below the inputs' root) → per partition: read, sample
@@ -16,57 +16,26 @@ import logging
 
 import apache_beam as beam
 import numpy as np
-import pyarrow as pa
 
 from shardmill.transforms.common.dead_letter import DeadLetter
-from shardmill.transforms.common.discovery import ERRORS, SOURCE_STATS, DiscoverFiles, list_input
+from shardmill.transforms.common.discovery import ERRORS, SOURCE_STATS, DiscoverFiles
 from shardmill.transforms.common.keyed_hash import fingerprint
 from shardmill.transforms.common.progress import ProgressLog, record_total
 from shardmill.transforms.common.spill import write_spill
-from shardmill.transforms.events.formats import EVENT_SUFFIXES, EventReadOptions, compression_of, format_of
+from shardmill.transforms.events.formats import EVENT_SUFFIXES, compression_of, format_of
 from shardmill.transforms.events.partition_sampling import (exact_bucket, exact_label_counts, exact_rows, one_pass_rows,
                                                             partition_stats, shard_batches, two_pass_rows)
-from shardmill.transforms.events.partitions import EventRange, common_root, relative_name, split_file
-from shardmill.transforms.events.readers import (HIVE_NULL, column_names, event_blocks, hive_values, read_events,
-                                                 scan_events)
+from shardmill.transforms.events.partitions import EventRange, common_root, split_file
+from shardmill.transforms.events.plan import LabelPlan, LabelSpec
+from shardmill.transforms.events.readers import event_blocks, scan_events
 from shardmill.transforms.events.sampling import exact_cut, exact_keep_count, exact_threshold
 from shardmill.transforms.events.schema import PartitionSchema, unify_schemas
-from shardmill.transforms.job import ConfigError, JobOutputs
+from shardmill.transforms.job import JobOutputs
 from shardmill.transforms.output.lifecycle import RunPaths
 
 _LOG = logging.getLogger(__name__)
 STATS = "stats"
 SCHEMAS = "schemas"
-
-
-@dataclasses.dataclass(frozen=True)
-class LabelSpec:
-    """The label-sampling settings as plain values (protos don't pickle to workers)."""
-
-    options: EventReadOptions
-    ratio: float
-    mode: str
-    seed: int
-    max_partition_bytes: int
-    partition_by: tuple[str, ...] = ()  # hive keys grouping the input for EXACT / TWO_PASS
-
-    def group(self, part: EventRange) -> str:
-        """The group whose ratio a range's rows count toward: its values of the partition_by keys ("": all)."""
-        if not self.partition_by:
-            return ""
-        values = dict(hive_values(part.relative))
-        return "/".join(f"{key}={HIVE_NULL if values.get(key) is None else values[key]}" for key in self.partition_by)
-
-    @property
-    def label_column(self) -> str:
-        return self.options.label_column
-
-    def read(self, part: EventRange, labels_only: bool = False):
-        return read_events(part, self.options, labels_only=labels_only)
-
-    def scan(self, part: EventRange):
-        """The partition whole, or a compressed log's first pass (its mask; event_blocks reads its rows)."""
-        return scan_events(part, self.options)
 
 
 def _label_pass(part: EventRange, spec: LabelSpec) -> tuple[str, str, tuple, PartitionSchema | None]:
@@ -233,63 +202,6 @@ def _partitions(found: tuple, limit: int, root: str) -> list[EventRange]:
 
 def _record(event_schema, label_column: str) -> dict:
     return {"record_format": "events", "label_column": label_column, "event_schema": event_schema}
-
-
-@dataclasses.dataclass(frozen=True)
-class LabelPlan:
-    """What the launcher decided: the settings, the inputs and the shard count."""
-
-    spec: LabelSpec
-    inputs: tuple[str, ...]
-    num_shards: int
-    input_bytes: int = 0  # of every event file the inputs name (progress: the sample stage's total)
-
-
-def input_files(inputs: list[str]) -> list[tuple[str, int]]:
-    """(path, bytes) of every event file the inputs name, in listing order."""
-    return [(event[1], event[2]) for item in inputs for event in list_input(item, EVENT_SUFFIXES)
-            if event[0] == "file"]
-
-
-# Files whose heads are read on the launcher to find the label column before any pipeline runs.
-MAX_PROBED_FILES = 1000
-
-
-def check_label_column(files: list[str], options: EventReadOptions, opener=None) -> None:
-    """ConfigError when no file (of the first MAX_PROBED_FILES readable ones) has the label column.
-
-    Reads only heads, and stops at the first file that has it; a column missing from some files only
-    stays their dead letter. Unreadable files are left to the run, which dead-letters them."""
-
-    first, probed = None, 0
-    for path in files:
-        try:
-            names = column_names(path, options, opener)
-        except (OSError, ValueError, pa.ArrowException):
-            continue
-        if options.label_column in names:
-            return
-        first = first or (path, names)
-        probed += 1
-        if probed >= MAX_PROBED_FILES:
-            break
-    if first is not None:
-        which = "any input file" if probed < MAX_PROBED_FILES else f"the first {probed:,} input files"
-        raise ConfigError(f"label_sampling.label_column: no column {options.label_column!r} in {which} "
-                          f"({first[0]} has: {', '.join(first[1]) or 'no columns'})")
-
-
-def check_partition_by(files: list[str], inputs: list[str], keys: tuple[str, ...]) -> None:
-    """ConfigError when a partition_by key is in no input file's folders."""
-
-    if not keys:
-        return
-    root = common_root(inputs)
-    found = {key for path in files for key, _ in hive_values(relative_name(path, root))}
-    missing = [key for key in keys if key not in found]
-    if missing:
-        raise ConfigError(f"label_sampling.partition_by: no input file is below a {missing[0]}=... folder "
-                          f"(hive keys found: {', '.join(sorted(found)) or 'none'})")
 
 
 class LabelJob(beam.PTransform):
