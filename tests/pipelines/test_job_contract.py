@@ -66,9 +66,11 @@ def test_every_registered_kind_keeps_the_contract():
         assert isinstance(kind, JobKind) and kind.description and kind.record_format
         for method in ("validate", "transform", "shard_format"):
             assert getattr(type(kind), method) is not getattr(JobKind, method), (kind.name, method)
-        for module, function in (("summary", "render_summary"), ("plots", "plot"), ("job", None), ("shards", None)):
-            loaded = importlib.import_module(f"{kind.package}.{module}")  # the folder's conventional modules
-            assert function is None or callable(getattr(loaded, function))
+        # The folder's conventional modules: every kind has the same roles in the same file names.
+        for module, function in (("kind", "KIND"), ("plan", None), ("graph", None), ("shards", None),
+                                 ("report", "render_summary"), ("report", "plot")):
+            loaded = importlib.import_module(f"{kind.package}.{module}")
+            assert function is None or getattr(loaded, function) is not None, (kind.name, module, function)
     assert job_kind(parse_config("")).name == "lc0"  # no section: the lc0 job with its defaults
 
 
