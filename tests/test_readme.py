@@ -9,7 +9,9 @@ import subprocess
 import sys
 
 import pytest
+from google.protobuf import text_format
 
+from shardmill.proto import shardmill_config_pb2 as config_pb2
 from tests.support.paths import REPO, SHARED_FIXTURES
 
 NOT_RUN = "# not run:"
@@ -23,8 +25,12 @@ def documentation_pages() -> list[str]:
 
 
 def python_blocks(page: str) -> list[str]:
+    return fenced_blocks(page, "python")
+
+
+def fenced_blocks(page: str, language: str) -> list[str]:
     with open(os.path.join(REPO, page)) as f:
-        return re.findall(r"^```python\n(.*?)^```", f.read(), re.MULTILINE | re.DOTALL)
+        return re.findall(rf"^```{language}\n(.*?)^```", f.read(), re.MULTILINE | re.DOTALL)
 
 
 def all_python_blocks() -> list[tuple[str, int, str]]:
@@ -91,6 +97,14 @@ def test_examples_not_run_are_few_and_say_why():
     assert len(not_run) <= MAX_NOT_RUN, f"too many examples not run: {not_run}"
     for page, index, reason in not_run:
         assert len(reason) >= 10, f"{page} example {index}: `{NOT_RUN}` needs its reason, got {reason!r}"
+
+
+@pytest.mark.parametrize("page, index, block",
+                         [pytest.param(page, index, block, id=f"{page}-{index}") for page in documentation_pages()
+                          for index, block in enumerate(fenced_blocks(page, "text"), start=1)])
+def test_documentation_config_example_parses(page, index, block):
+    """Every ```text block of the documentation is a config: it parses as a JobConfig."""
+    text_format.Parse(block, config_pb2.JobConfig())
 
 
 @pytest.mark.slow
