@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from benchmarks.harness import emit, interleaved_rounds, versus
-from shardmill.native_ext import kernels
+from shardmill.core import kernels
 from tests.support.paths import SHARED_FIXTURES
 
 RECORD = 8356

@@ -32,7 +32,7 @@ import numpy as np
 
 from benchmarks.harness import emit, interleaved_rounds, rates_of, versus
 from shardmill.native_ext import Lc0Tensors, OrderOptions, ReadOptions, ShardReader
-from shardmill.native_ext.kernels import lc0_tensors
+from shardmill.core.kernels import lc0_tensors
 from tests.datagen.lc0 import shuffled_v6_frames
 from tests.datagen.shards import write_output
 from tests.support import reference_lc0_tensors as ref

@@ -19,4 +19,31 @@ class ShardmillError(Exception):
 
 class NativeError(ShardmillError, RuntimeError):
     """A failure inside the native (C++) reader or the job kernels: the message names the file and what is
-    wrong. The native code raises this, never aborts."""
+    wrong. The native code raises this, never aborts. Both compiled modules raise this one class (their
+    `NativeError` attribute is it); a RuntimeError, as it always was, so `except RuntimeError` still catches it."""
+
+
+class OutputError(ShardmillError, ValueError):
+    """A directory that is not a complete, consistent shardmill output (or one that can't be reached): raised by
+    the reader and by `shardmill inspect`. A ValueError, as it always was (`except ValueError` still catches it).
+
+    Always one line: storage clients' own messages (GCS's run over several) are folded into it."""
+
+    exit_code = EXIT_BAD_INVOCATION
+
+    def __init__(self, message: str):
+        super().__init__(" ".join(str(message).split()))
+
+
+class ConfigError(ShardmillError, ValueError):
+    """An invalid job configuration; the message names the file and/or field. Raised by the commands' config
+    checks, the job contract and each kind's own checks (validate, plan)."""
+
+    exit_code = EXIT_BAD_INVOCATION
+
+
+class InputError(ShardmillError, ValueError):
+    """An input argument that names nothing usable (no file of the job's kind, a FIFO, an unreadable corpus):
+    raised by discovery and by a kind's plan."""
+
+    exit_code = EXIT_BAD_INVOCATION

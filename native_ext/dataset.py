@@ -29,9 +29,10 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from shardmill.core.errors import OutputError
+from shardmill.core.output_contract import (MANIFEST_NAME, MANIFEST_NAMES, READABLE_FORMAT_VERSIONS,
+                                            generation_manifest_path)
 from shardmill.native_ext.remote import RemoteOptions, child_uri, filesystem_of
-from shardmill.transforms.output.contract import (MANIFEST_NAME, MANIFEST_NAMES, READABLE_FORMAT_VERSIONS,
-                                                  generation_manifest_path)
 
 MAX_SHARDS = 1_000_000
 MAX_ROW_GROUPS_PER_SHARD = 1_000_000
@@ -39,15 +40,6 @@ MAX_ROWS = 1 << 48  # far beyond any dataset; keeps every count exact in int64 a
 MAX_MANIFEST_BYTES = 1 << 30
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 REMOTE_CHECK_THREADS = 16  # shards of a remote dataset checked at once (each check waits on round trips)
-
-
-class OutputError(ValueError):
-    """A directory that is not a complete, consistent shardmill output (or one that can't be reached).
-
-    Always one line: storage clients' own messages (GCS's run over several) are folded into it."""
-
-    def __init__(self, message: str):
-        super().__init__(" ".join(str(message).split()))
 
 
 @dataclasses.dataclass(frozen=True)

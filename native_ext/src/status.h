@@ -14,7 +14,7 @@
 
 namespace shardmill {
 
-// Raised to pybind11, which maps it to shardmill.native_ext.NativeError.
+// Raised to pybind11; both binding modules map it to shardmill.core.errors.NativeError (bind/native_error.h).
 class NativeError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;

@@ -25,8 +25,8 @@ def _rejected_report(output_dir: str) -> str | None:
     import pyarrow.fs as pafs
 
     from shardmill.native_ext.dataset import locate
-    from shardmill.transforms.output.contract import (ERRORS_NAME, FORMAT2_REJECTED_DIR_NAME, REJECTED_DIR_NAME,
-                                                      REPORT_MANIFEST_NAME)
+    from shardmill.core.output_contract import (ERRORS_NAME, FORMAT2_REJECTED_DIR_NAME, REJECTED_DIR_NAME,
+                                                REPORT_MANIFEST_NAME)
 
     fs, base, _ = locate(output_dir)
     for directory in (REJECTED_DIR_NAME, FORMAT2_REJECTED_DIR_NAME):
@@ -48,7 +48,7 @@ def _no_output(output_dir: str):
     import pyarrow.fs as pafs
 
     from shardmill.native_ext.dataset import OutputError, locate
-    from shardmill.transforms.output.contract import MANIFEST_NAMES
+    from shardmill.core.output_contract import MANIFEST_NAMES
 
     fs, base, _ = locate(output_dir)
     if fs.get_file_info(base).type == pafs.FileType.NotFound:

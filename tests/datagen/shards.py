@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shardmill.transforms.output.contract import FORMAT_VERSION, MANIFEST_NAMES
+from shardmill.core.output_contract import FORMAT_VERSION, MANIFEST_NAMES
 
 
 def frame_bytes(ids: np.ndarray, width: int) -> np.ndarray:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from shardmill.native_ext import Lc0Tensors, OrderOptions, OutputError, ShardReader
-from shardmill.native_ext.kernels import lc0_tensors
+from shardmill.core.kernels import lc0_tensors
 from shardmill.transforms.lc0.record_format import RECORD_SIZES, V6_DTYPE
 from tests.datagen.shards import write_output
 from tests.support import reference_lc0_tensors as ref

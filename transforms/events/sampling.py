@@ -31,7 +31,7 @@ import math
 
 import numpy as np
 
-from shardmill.native_ext import kernels
+from shardmill.core import kernels
 from shardmill.transforms.common.keyed_hash import STREAM_LABEL_EXACT, hash_words
 
 MODES = ("ITERATIVE", "ADAPTIVE")

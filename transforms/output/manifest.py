@@ -11,7 +11,7 @@ config, seed and input may change.
 
 from __future__ import annotations
 
-from shardmill.transforms.output.contract import FORMAT_VERSION, shardmill_version
+from shardmill.core.output_contract import FORMAT_VERSION, shardmill_version
 
 
 def build_manifest(

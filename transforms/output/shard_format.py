@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shardmill.transforms.common.filesystem import write_bytes_atomically
-from shardmill.transforms.output.contract import SHARD_VERSION_KEY, shardmill_version
+from shardmill.core.output_contract import SHARD_VERSION_KEY, shardmill_version
 
 
 class ShardFormat:

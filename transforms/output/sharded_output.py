@@ -27,7 +27,7 @@ from shardmill.transforms.common.dead_letter import write_dead_letters
 from shardmill.transforms.common.ordered_pool import OrderedPool, in_global_window
 from shardmill.transforms.common.progress import ProgressLog
 from shardmill.transforms.common.spill import read_spilled
-from shardmill.transforms.output.contract import ERRORS_NAME, generation_dir_name
+from shardmill.core.output_contract import ERRORS_NAME, generation_dir_name
 from shardmill.transforms.output.lifecycle import RunPaths, write_prepared_manifest
 from shardmill.transforms.output.manifest import build_manifest
 from shardmill.transforms.output.shard_format import ShardFormat, write_shard_file

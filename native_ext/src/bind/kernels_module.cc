@@ -1,5 +1,5 @@
-// Python bindings of the job kernels (shardmill.native_ext._kernels): plain functions over numpy arrays,
-// each releasing the GIL for its work; the Python wrappers in native_ext/kernels.py are what job code calls.
+// Python bindings of the job kernels (shardmill.core._kernels): plain functions over numpy arrays,
+// each releasing the GIL for its work; core/kernels.py is what job code calls.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bind/native_error.h"
 #include "bind/tensor_arrays.h"
 #include "lc0_converter.h"
 #include "blending.h"
@@ -52,15 +53,7 @@ py::tuple Lc0Tensors(py::array_t<uint8_t, py::array::c_style> frames, const std:
 
 PYBIND11_MODULE(_kernels, m) {
   m.doc() = "shardmill's job kernels: chunk records, label sampling, Megatron blending and byte runs, lc0 tensors.";
-  // Kernel errors are the reader's NativeError: one exception type for all of shardmill's native code.
-  static py::handle native_error = py::object(py::module_::import("shardmill.native_ext._native").attr("NativeError")).release();
-  py::register_local_exception_translator([](std::exception_ptr thrown) {
-    try {
-      if (thrown) std::rethrow_exception(thrown);
-    } catch (const shardmill::NativeError& e) {
-      PyErr_SetString(native_error.ptr(), e.what());
-    }
-  });
+  shardmill::bind::TranslateNativeErrors(m);
 
   m.def(
       "copy_runs",

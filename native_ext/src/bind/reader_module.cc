@@ -8,6 +8,7 @@
 #include <string>
 #include <tuple>
 
+#include "bind/native_error.h"
 #include "bind/tensor_arrays.h"
 #include "large_buffer.h"
 #include "self_check.h"
@@ -95,11 +96,22 @@ py::object NextBatch(ShardReader& reader) {
   return batch;
 }
 
+py::dict CacheStatsDict(const shardmill::CacheStats& stats) {
+  py::dict out;
+  out["downloads"] = stats.downloads;
+  out["downloaded_bytes"] = stats.downloaded_bytes;
+  out["verified"] = stats.verified;
+  out["corrupt"] = stats.corrupt;
+  out["evicted"] = stats.evicted;
+  out["uncached"] = stats.uncached;
+  return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
   m.doc() = "shardmill native extension: the Arrow/Parquet shard reader core.";
-  py::register_exception<shardmill::NativeError>(m, "NativeError", PyExc_RuntimeError);
+  shardmill::bind::TranslateNativeErrors(m);
 
   m.def(
       "self_check",
@@ -194,6 +206,32 @@ PYBIND11_MODULE(_native, m) {
           "planes", [](const shardmill::ReaderOptions& o) { return o.converter.planes; },
           [](shardmill::ReaderOptions& o, shardmill::PlaneEncoding planes) { o.converter.planes = planes; });
 
+  // A shard cache without a reader (random access: Grain's data source): the shards and their remote bounds, the
+  // cache of a ReaderOptions; its fetch threads started at once (the reader starts its own in start()).
+  py::class_<shardmill::ShardCache, std::shared_ptr<shardmill::ShardCache>>(m, "ShardCache")
+      .def(py::init([](shardmill::ReaderOptions options) {
+             for (auto& shard : options.shards) shard.remote = options.remote;
+             py::gil_scoped_release release;
+             auto cache = shardmill::ValueOrThrow(shardmill::ShardCache::Make(options.cache, options.shards), "");
+             shardmill::ThrowIfError(cache->Start(), "");
+             return cache;
+           }),
+           py::arg("options"), "The cache of options.cache over options' shards; starts its fetch threads.")
+      .def(
+          "acquire",
+          [](shardmill::ShardCache& cache, int64_t shard) {
+            return shardmill::ValueOrThrow(cache.Acquire(shard), "");
+          },
+          py::arg("shard"), py::call_guard<py::gil_scoped_release>(),
+          "The path to open shard `shard` at: its verified cached copy (fetched if need be), held until it leaves "
+          "the plan.")
+      .def("plan", &shardmill::ShardCache::Plan, py::arg("shards"), py::call_guard<py::gil_scoped_release>(),
+           "The shards in use, in order: held (fetched ahead if need be); the others may be evicted.")
+      .def("stats", [](const shardmill::ShardCache& cache) { return CacheStatsDict(cache.stats()); },
+           "The cache's counts (shard_cache.h CacheStats).")
+      .def("stop", &shardmill::ShardCache::Stop, py::call_guard<py::gil_scoped_release>(),
+           "Stops the fetch threads and releases every held copy (idempotent).");
+
   py::class_<ShardReader>(m, "NativeReader")
       .def(py::init(&MakeReader), py::arg("options"), "Checks the options and the first shard; starts nothing.")
       .def(
@@ -213,15 +251,7 @@ PYBIND11_MODULE(_native, m) {
           "cache_stats",
           [](const ShardReader& reader) -> py::object {
             if (!reader.cache()) return py::none();
-            const shardmill::CacheStats stats = reader.cache()->stats();
-            py::dict out;
-            out["downloads"] = stats.downloads;
-            out["downloaded_bytes"] = stats.downloaded_bytes;
-            out["verified"] = stats.verified;
-            out["corrupt"] = stats.corrupt;
-            out["evicted"] = stats.evicted;
-            out["uncached"] = stats.uncached;
-            return out;
+            return CacheStatsDict(reader.cache()->stats());
           },
           "The shard cache's counts (shard_cache.h CacheStats), or None without a cache.")
       .def_property_readonly("epoch", &ShardReader::epoch)

@@ -6,7 +6,8 @@ import struct
 import numpy as np
 import pytest
 
-from shardmill.native_ext import NativeError, kernels
+from shardmill.core import kernels
+from shardmill.core.errors import NativeError
 from shardmill.transforms.lc0.gzip_chunks import ChunkError
 from shardmill.transforms.lc0.loading import _scatter_chunk
 

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from shardmill.native_ext.kernels import build_blending_indices, copy_runs
+from shardmill.core.kernels import build_blending_indices, copy_runs
 from shardmill.pipelines import cli
 from shardmill.pipelines.config import ConfigError, parse_config, validate
 from shardmill.pipelines.run_job import run_job

@@ -11,9 +11,13 @@ raises NativeError (or ValueError for bad arguments), never aborts.
 - lc0_tensors: lc0 records in memory to training tensors (the reader converts on its own threads).
 """
 
-from shardmill.native_ext._kernels import (build_blending_indices, build_exhaustive_blending_indices, copy_runs,
-                                           lc0_tensors, reservoir_sample, sample_labels, scatter_chunk_records)
-from shardmill.native_ext._native import NativeError
+from shardmill.core.native_build import check_pyarrow_match
+
+check_pyarrow_match()  # before the compiled module loads the Arrow libraries it links
+
+from shardmill.core._kernels import (build_blending_indices, build_exhaustive_blending_indices,  # noqa: E402
+                                     copy_runs, lc0_tensors, reservoir_sample, sample_labels, scatter_chunk_records)
+from shardmill.core.errors import NativeError  # noqa: E402
 
 __all__ = ["NativeError", "build_blending_indices", "build_exhaustive_blending_indices", "copy_runs", "lc0_tensors",
            "reservoir_sample", "sample_labels", "scatter_chunk_records"]
