@@ -19,15 +19,13 @@ which would round integers above 2^53 and turn booleans into objects.
 
 from __future__ import annotations
 
-import collections
 import threading
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from shardmill.native_ext.remote import RemoteOptions, filesystem_of
+from shardmill.native_ext.row_groups import RowGroups
 
 ARROW_FORMATS = ("arrow", "numpy", "offsets")
 
@@ -122,76 +120,42 @@ def as_offsets_values(column: pa.Array) -> OffsetsValues | np.ndarray:
 class ArrowColumns:
     """Adds the Arrow-served columns to native batches.
 
-    shard_paths: as the native reader opens them (absolute local paths or URIs).
+    row_groups: the dataset's row groups of these columns (RowGroups; its cache holds the row groups of about
+      two windows).
     as_format: one of ARROW_FORMATS (the reader checks it): "arrow" arrays, "numpy" arrays (as_numpy: masked
       arrays for numbers and booleans, objects for strings and lists), "offsets" (strings, binary and lists as
       OffsetsValues, the rest as with "numpy").
-    row_groups: rows per row group, per shard (the manifest's).
-    cached_row_groups: decoded row groups kept (least recently used goes first).
-    cached_path: shard index -> the local path of its cached copy (the reader's shard cache), or None:
-      shards are opened where they are.
     """
 
-    def __init__(self, shard_paths: list[str], row_groups: list[list[int]], columns: list[str], as_format: str,
-                 cached_row_groups: int, remote: RemoteOptions = RemoteOptions(),
-                 cached_path: Callable[[int], str] | None = None):
-        self._paths = list(shard_paths)
-        self._remote = remote
-        self._cached_path = cached_path
-        self._groups = [(s, g) for s, counts in enumerate(row_groups) for g in range(len(counts))]
-        sizes = [n for counts in row_groups for n in counts]
-        self._starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
-        self.columns = list(columns)
+    def __init__(self, row_groups: RowGroups, as_format: str):
+        self._row_groups = row_groups
+        self.columns = row_groups.columns
         self._format = as_format
-        self._capacity = max(1, cached_row_groups)
-        self._cache: collections.OrderedDict[int, pa.Table] = collections.OrderedDict()
-        self._offset = np.full(len(self._groups), -1, dtype=np.int64)  # row group -> its first row in _table
+        self._offset = np.full(len(row_groups.starts) - 1, -1, dtype=np.int64)  # row group -> its first row in _table
         self._table: pa.Table | None = None
-        self._files: collections.OrderedDict[int, pq.ParquetFile] = collections.OrderedDict()
         self._lock = threading.Lock()
 
-    def _file(self, shard: int) -> pq.ParquetFile:
-        if shard in self._files:
-            self._files.move_to_end(shard)
-            return self._files[shard]
-        location = self._cached_path(shard) if self._cached_path is not None else self._paths[shard]
-        filesystem, path = filesystem_of(location, self._remote)
-        parquet = pq.ParquetFile(filesystem.open_input_file(path))
-        self._files[shard] = parquet
-        while len(self._files) > 64:  # open shards kept
-            self._files.popitem(last=False)[1].close()
-        return parquet
-
     def _arrange(self, needed: np.ndarray) -> None:
-        """Decodes the needed row groups not cached (evicting the least recently used others) and lays the cached
-        ones out as one table, so a batch is one `take` from it."""
-        for group in needed.tolist():
-            if group in self._cache:
-                self._cache.move_to_end(group)
-            else:
-                shard, index = self._groups[group]
-                self._cache[group] = self._file(shard).read_row_group(index, columns=self.columns)
-        keep = set(needed.tolist())
-        for group in list(self._cache):
-            if len(self._cache) <= self._capacity:
-                break
-            if group not in keep:
-                del self._cache[group]
+        """Decodes the needed row groups not cached and lays the cached ones out as one table, so a batch is one
+        `take` from it."""
+        self._row_groups.fetch(needed.tolist())
+        cached = self._row_groups.cached()
         self._offset[:] = -1
         offset = 0
-        for group, table in self._cache.items():
+        for group, table in cached:
             self._offset[group] = offset
             offset += table.num_rows
-        self._table = pa.concat_tables(list(self._cache.values())).combine_chunks()
+        self._table = pa.concat_tables([table for _, table in cached]).combine_chunks()
 
     def add(self, batch: dict) -> None:
         """Adds each Arrow-served column to the batch, rows in the batch's order."""
         rows = np.asarray(batch["record_index"], dtype=np.int64)
-        groups = np.searchsorted(self._starts, rows, side="right") - 1
+        groups = self._row_groups.group_of(rows)
+        starts = self._row_groups.starts
         with self._lock:
             if self._table is None or (len(groups) and (self._offset[groups] < 0).any()):
                 self._arrange(np.unique(groups) if len(groups) else np.zeros(1, dtype=np.int64))
-            taken = self._table.take(pa.array(self._offset[groups] + rows - self._starts[groups]))
+            taken = self._table.take(pa.array(self._offset[groups] + rows - starts[groups]))
         for name in self.columns:
             column = taken.column(name).combine_chunks()
             if self._format == "numpy":
@@ -203,8 +167,5 @@ class ArrowColumns:
 
     def close(self) -> None:
         with self._lock:
-            for parquet in self._files.values():
-                parquet.close()
-            self._files.clear()
-            self._cache.clear()
+            self._row_groups.close()
             self._table = None

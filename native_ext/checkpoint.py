@@ -1,44 +1,82 @@
-"""Reader checkpoints: the state a ShardReader resumes from, and states for a new number of ranks.
+"""Reader checkpoints: the state a ShardReader resumes from, its fields named once here.
 
 A state is a small JSON document: the reader's settings (so a state is never
-applied to another order or dataset), the dataset's row count, and where the
-rank is (epoch, position). An elastic state (elastic_states) also holds the
-ranges of epoch positions a rank serves in the epoch it resumes; from the
-next epoch on it follows the new layout.
+applied to another order or dataset), the dataset's row count, the output
+generation it was taken on, and where the rank is (epoch, position). An
+elastic state (elastic.py) also holds the ranges of epoch positions a rank
+serves in the epoch it resumes; from the next epoch on it follows the new
+layout.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
-from typing import Sequence
 
 STATE_VERSION = 2  # 2: Feistel halves fit odd bit widths (other orders than 1)
 MAX_EPOCH = 1 << 40  # of an unbounded reader's state: far beyond any run, far from overflow
+MAX_GENERATION = 999_999
+
+# The state's fields besides the settings (ReaderSettings' fields keep their own names).
+VERSION = "v"
+ROWS = "rows"  # the dataset's row count
+GENERATION = "generation"  # the output generation the state was taken on
+EPOCH = "epoch"
+POSITION = "position"  # rows of the epoch this rank has served
+RANGES = "ranges"  # an elastic state's [begin, end) epoch positions of its resumed epoch
+SHARD_INDEX = "shard_index"
+SHARD_COUNT = "shard_count"
+NUM_EPOCHS = "num_epochs"
+
+# Fields that differ between the ranks of one run.
+PER_RANK_FIELDS = (SHARD_INDEX, SHARD_COUNT, EPOCH, POSITION, RANGES)
 
 
-# State fields that differ between the ranks of one run.
-_PER_RANK_FIELDS = ("shard_index", "shard_count", "epoch", "position", "ranges")
+@dataclasses.dataclass(frozen=True)
+class ReaderSettings:
+    """What fixes the stream a reader serves; a state applies only to a reader of equal settings."""
+
+    dataset: str  # fingerprint of the shards (dataset_fingerprint)
+    batch_size: int
+    columns: list[str]
+    shard_index: int
+    shard_count: int
+    num_epochs: int  # 0: unbounded
+    seed: int
+    shuffle: bool
+    window_row_groups: int
+    drop_remainder: bool
+
+    def fields(self) -> dict:
+        """The settings as state fields, in the state's order."""
+        return dataclasses.asdict(self)
 
 
-class ElasticEpoch:
-    """The epoch an elastic state resumes: the rows of `ranges` (epoch positions), `served` already."""
+# The settings the native reader takes as they are (the dataset and columns it is given otherwise).
+NATIVE_SETTINGS = tuple(f.name for f in dataclasses.fields(ReaderSettings) if f.name not in ("dataset", "columns"))
 
-    def __init__(self, epoch: int, ranges: list[tuple[int, int]], served: int):
-        self.epoch = epoch
-        self.ranges = ranges
-        self.total = sum(hi - lo for lo, hi in ranges)
-        self.served = served
-        self._pieces = [r for r in skip_rows(ranges, served) if r[1] > r[0]]
-        self.piece = None  # the NativeReader of the piece being read
-        self.pending: dict | None = None  # rows of its last batch not yet served
 
-    def next_piece(self) -> tuple[int, int]:
-        return self._pieces.pop(0)
+def dataset_fingerprint(manifest: dict) -> str:
+    """A short digest of a manifest's shards (path, rows, SHA-256): states of another dataset are refused."""
+    digest = hashlib.sha256()
+    for shard in manifest["shards"]:
+        digest.update(f"{shard['path']}:{shard['rows']}:{shard['sha256']};".encode())
+    return digest.hexdigest()[:16]
 
-    def close(self) -> None:
-        if self.piece is not None:
-            self.piece.stop()
-            self.piece = None
+
+def dump_state(fields: dict) -> bytes:
+    return json.dumps(fields, separators=(",", ":")).encode()
+
+
+def encode_state(settings: ReaderSettings, rows: int, generation: int, epoch: int, position: int,
+                 ranges: list[tuple[int, int]] | None = None) -> bytes:
+    """The state of a reader of `settings` over `rows` rows at (epoch, position); `ranges`: of an elastic epoch."""
+    fields = {VERSION: STATE_VERSION, **settings.fields(), ROWS: rows, GENERATION: generation, EPOCH: epoch,
+              POSITION: position}
+    if ranges is not None:
+        fields[RANGES] = [list(r) for r in ranges]
+    return dump_state(fields)
 
 
 def parse_state(state: bytes) -> dict:
@@ -46,23 +84,23 @@ def parse_state(state: bytes) -> dict:
         saved = json.loads(state)
     except (ValueError, TypeError):
         raise ValueError("state is not a ShardReader state") from None
-    if not isinstance(saved, dict) or saved.get("v") != STATE_VERSION:
-        version = saved.get("v") if isinstance(saved, dict) else None
+    if not isinstance(saved, dict) or saved.get(VERSION) != STATE_VERSION:
+        version = saved.get(VERSION) if isinstance(saved, dict) else None
         raise ValueError(f"state version {version!r}, expected {STATE_VERSION}")
     return saved
 
 
 def state_generation(state: bytes) -> int | None:
     """The output generation a state was taken on; None for a state that does not say (older states)."""
-    generation = parse_state(state).get("generation")
+    generation = parse_state(state).get(GENERATION)
     if generation is not None and (isinstance(generation, bool) or not isinstance(generation, int)
-                                   or not 0 <= generation <= 999_999):
-        raise ValueError(f"state field generation {generation!r} is outside 0..999999")
+                                   or not 0 <= generation <= MAX_GENERATION):
+        raise ValueError(f"state field {GENERATION} {generation!r} is outside 0..{MAX_GENERATION}")
     return generation
 
 
 def parse_total(saved: dict) -> int:
-    total = saved.get("rows")
+    total = saved.get(ROWS)
     if isinstance(total, bool) or not isinstance(total, int) or total < 0:
         raise ValueError("state has no row count")
     return total
@@ -71,105 +109,35 @@ def parse_total(saved: dict) -> int:
 def checked_ranges(ranges, total: int) -> list[tuple[int, int]]:
     """Sorted, disjoint [lo, hi) ranges of epoch positions within [0, total)."""
     if not isinstance(ranges, list) or len(ranges) > 1_000_000:
-        raise ValueError("state field ranges is not a list of [begin, end] pairs")
+        raise ValueError(f"state field {RANGES} is not a list of [begin, end] pairs")
     out, last = [], 0
     for item in ranges:
         if (not isinstance(item, (list, tuple)) or len(item) != 2
                 or any(isinstance(v, bool) or not isinstance(v, int) for v in item)):
-            raise ValueError(f"state field ranges holds {item!r}, not a [begin, end] pair of integers")
+            raise ValueError(f"state field {RANGES} holds {item!r}, not a [begin, end] pair of integers")
         lo, hi = item
         if not last <= lo <= hi <= total:
-            raise ValueError(f"state field ranges: [{lo}, {hi}) is out of order or outside 0..{total}")
+            raise ValueError(f"state field {RANGES}: [{lo}, {hi}) is out of order or outside 0..{total}")
         out.append((lo, hi))
         last = hi
     return out
 
 
-def take_rows(ranges: list[tuple[int, int]], rows: int) -> list[tuple[int, int]]:
-    """The first `rows` positions of `ranges`, as ranges."""
-    out = []
-    for lo, hi in ranges:
-        if rows <= 0:
-            break
-        out.append((lo, min(hi, lo + rows)))
-        rows -= out[-1][1] - lo
-    return out
-
-
-def skip_rows(ranges: list[tuple[int, int]], rows: int) -> list[tuple[int, int]]:
-    """`ranges` without their first `rows` positions."""
-    out = []
-    for lo, hi in ranges:
-        skip = min(rows, hi - lo)
-        rows -= skip
-        if lo + skip < hi:
-            out.append((lo + skip, hi))
-    return out
-
-
-def merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Disjoint ranges sorted, touching ones joined."""
-    out: list[tuple[int, int]] = []
-    for lo, hi in sorted(ranges):
-        if out and lo <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], hi))
-        elif hi > lo:
-            out.append((lo, hi))
-    return out
-
-
-def elastic_states(states: Sequence[bytes], shard_count: int) -> list[bytes]:
-    """States for `shard_count` ranks that continue what the ranks of `states` left of their epoch.
-
-    `states` are the state() of every rank of one run (all shard_index
-    values of its shard_count, taken at the same epoch). The rows of that
-    epoch the ranks still had to serve are split into `shard_count` equal
-    runs in epoch order (fewer than shard_count rows are left over, as at
-    the end of every epoch); rank j resumes with ShardReader(...,
-    shard_options=ShardOptions(j, shard_count), state=result[j]): it serves
-    its run, then the following epochs in the new layout. Nothing of the
-    epoch is served twice; an elastic state can be resized again.
-    """
-    if isinstance(shard_count, bool) or not isinstance(shard_count, int) or shard_count < 1:
-        raise ValueError(f"shard_count must be an integer >= 1, got {shard_count!r}")
-    saved = [parse_state(state) for state in states]
-    if not saved:
-        raise ValueError("elastic_states needs the state of every rank, got none")
-    shared = {k: v for k, v in saved[0].items() if k not in _PER_RANK_FIELDS}
-    for other in saved[1:]:
-        differing = sorted(k for k in set(shared) | set(other)
-                           if k not in _PER_RANK_FIELDS and other.get(k) != shared.get(k))
-        if differing:
-            raise ValueError(f"the states were taken with different settings: {', '.join(differing)}")
-    old_count = saved[0]["shard_count"]
-    indices = sorted(state["shard_index"] for state in saved)
-    if indices != list(range(old_count)) or any(state["shard_count"] != old_count for state in saved):
-        raise ValueError(f"need exactly one state per rank 0..{old_count - 1}, got ranks {indices}")
-    epochs = {state["epoch"] for state in saved}
-    if len(epochs) != 1:
-        raise ValueError(f"the ranks are at different epochs {sorted(epochs)}: resume from a checkpoint where "
-                         "they are at the same one")
-    epoch = epochs.pop()
-    total = parse_total(shared)
-    if shared.get("num_epochs") and epoch >= shared["num_epochs"]:  # the stream had ended: it stays ended
-        return [json.dumps({**shared, "shard_index": rank, "shard_count": shard_count, "epoch": epoch,
-                            "position": 0}, separators=(",", ":")).encode() for rank in range(shard_count)]
-    remaining: list[tuple[int, int]] = []
-    for state in saved:
-        ranges = state.get("ranges")
-        if ranges is None:  # the rank's own slice of the epoch
-            per_rank = total // old_count
-            ranges = [(state["shard_index"] * per_rank, (state["shard_index"] + 1) * per_rank)]
-        position = state.get("position")
-        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
-            raise ValueError(f"state field position {position!r} is not a row count")
-        remaining += skip_rows(checked_ranges(ranges, total), position)
-    remaining = merged(remaining)
-    per_rank = sum(hi - lo for lo, hi in remaining) // shard_count
-    out = []
-    for rank in range(shard_count):
-        mine = take_rows(skip_rows(remaining, rank * per_rank), per_rank)
-        out.append(json.dumps({**shared, "shard_index": rank, "shard_count": shard_count, "epoch": epoch,
-                               "position": 0, "ranges": [list(r) for r in mine]},
-                              separators=(",", ":")).encode())
-    return out
+def resume_point(state: bytes, settings: ReaderSettings,
+                 total_rows: int) -> tuple[int, int, list[tuple[int, int]] | None]:
+    """(epoch, position, ranges or None) a reader of `settings` over `total_rows` rows resumes `state` at;
+    ValueError naming the field when the state does not fit it."""
+    saved = parse_state(state)
+    differing = [k for k, v in settings.fields().items() if saved.get(k) != v]
+    if differing:
+        raise ValueError(f"state was taken with other settings: {', '.join(differing)}")
+    epoch, position = saved.get(EPOCH), saved.get(POSITION)
+    last_epoch = settings.num_epochs or MAX_EPOCH
+    ranges = checked_ranges(saved.get(RANGES), total_rows) if RANGES in saved else None
+    last_position = total_rows if ranges is None else sum(hi - lo for lo, hi in ranges)
+    for name, value, hi in ((EPOCH, epoch, last_epoch), (POSITION, position, last_position)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= hi:
+            raise ValueError(f"state field {name} {value!r} is outside 0..{hi}")
+    if ranges is not None and epoch >= last_epoch:
+        raise ValueError(f"state field {EPOCH} {epoch} is not before {NUM_EPOCHS} {last_epoch}")
+    return epoch, position, ranges

@@ -10,31 +10,33 @@ Requires grain (not a shardmill dependency: `pip install grain`).
 - `ShardDataSource`: record i of the output (shards in manifest order, rows
   in file order) for Grain's `MapDataset.source(...)` / `IndexSampler`,
   whose own shuffle and sharding then apply. Row groups are decoded whole
-  through pyarrow and kept in a small cache (random access over Parquet reads
-  a row group per miss, so Grain's shuffled order is slow on large row
-  groups: prefer ShardIterDataset for training, the source where Grain must
-  own the order). Thread-safe; picklable (the cache and open files are not
-  pickled).
+  through pyarrow and kept in a small cache (row_groups.py; random access over
+  Parquet reads a row group per miss, so Grain's shuffled order is slow on
+  large row groups: prefer ShardIterDataset for training, the source where
+  Grain must own the order). Its `read_options` are ShardReader's: checksums,
+  remote bounds and the local shard cache apply (threads and prefetch are the
+  caller's). Thread-safe; picklable (the cache and open files are not pickled).
 """
 
 from __future__ import annotations
 
 import bisect
-import collections
+import dataclasses
 import threading
+import warnings
 from typing import Sequence
 
 import grain
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from shardmill.native_ext.arrow_columns import as_numpy
 from shardmill.native_ext.converters import Converter
 from shardmill.native_ext.dataset import DEFAULT_COLUMNS, open_dataset
-from shardmill.native_ext.options import OrderOptions, ReadOptions, ShardOptions, check_type
+from shardmill.native_ext.options import OrderOptions, ReadOptions, ShardOptions, check_type, checked_reader_options
 from shardmill.native_ext.reader import ShardReader
-from shardmill.native_ext.remote import RemoteOptions, filesystem_of
+from shardmill.native_ext.remote import RemoteOptions
+from shardmill.native_ext.row_groups import LocalCopies, RowGroups
 
 
 class ShardIterDataset(grain.IterDataset):
@@ -47,11 +49,9 @@ class ShardIterDataset(grain.IterDataset):
                  read_options: ReadOptions = ReadOptions(), converter: Converter | None = None):
         super().__init__()
         self._args = (path, batch_size, None if columns is None else list(columns))
-        self._reader_kwargs = {"num_epochs": num_epochs, "drop_remainder": drop_remainder,
-                               "order_options": check_type("order_options", order_options, OrderOptions),
-                               "shard_options": check_type("shard_options", shard_options, ShardOptions),
-                               "read_options": check_type("read_options", read_options, ReadOptions),
-                               "converter": converter}
+        self._reader_kwargs = {"num_epochs": num_epochs, "drop_remainder": drop_remainder, "converter": converter,
+                               **checked_reader_options(order_options=order_options, shard_options=shard_options,
+                                                        read_options=read_options)}
 
     def __iter__(self) -> "_ShardDatasetIterator":
         return _ShardDatasetIterator(self._args, self._reader_kwargs)
@@ -109,58 +109,45 @@ class ShardDataSource(grain.sources.RandomAccessDataSource):
     output's own, as ShardReader's).
 
     cached_row_groups: decoded row groups kept (least recently used goes first).
+    read_options: ShardReader's ReadOptions: verify_checksums, remote and cache (a local copy of each shard read,
+      shared with every reader of the host) apply; num_threads and prefetch_windows do not (records are read in
+      the caller's threads, on demand).
+    remote: deprecated, give read_options=ReadOptions(remote=...).
     """
 
     def __init__(self, path: str, columns: Sequence[str] | None = None, cached_row_groups: int = 8,
-                 remote: RemoteOptions = RemoteOptions()):
+                 remote: RemoteOptions | None = None, *, read_options: ReadOptions = ReadOptions()):
         if cached_row_groups < 1:
             raise ValueError(f"cached_row_groups must be >= 1, got {cached_row_groups}")
-        self._remote = check_type("remote", remote, RemoteOptions)
+        read = checked_reader_options(read_options=read_options)["read_options"]
+        if remote is not None:
+            warnings.warn("ShardDataSource(remote=...) is deprecated: give read_options=ReadOptions(remote=...)",
+                          DeprecationWarning, stacklevel=2)
+            if read.remote != RemoteOptions():
+                raise ValueError("give remote bounds once: in read_options.remote (remote= is deprecated)")
+            read = dataclasses.replace(read, remote=check_type("remote", remote, RemoteOptions))
         # The untrusted-output checks; columns None: the output's own (ShardReader's defaults).
-        dataset = open_dataset(path, False, columns=DEFAULT_COLUMNS if columns is None else list(columns),
-                               remote=remote)
+        dataset = open_dataset(path, read.verify_checksums,
+                               columns=DEFAULT_COLUMNS if columns is None else list(columns), remote=read.remote)
         self._path = path
         self._columns = dataset.columns
         self._typed = dataset.typed
-        self._cached_row_groups = cached_row_groups
-        self._shard_paths = list(dataset.shard_paths)  # checked: inside the output, absolute or URIs
-        self._groups = [(s, g) for s, shard in enumerate(dataset.manifest["shards"])
-                        for g in range(len(shard["row_groups"]))]
-        sizes = [n for shard in dataset.manifest["shards"] for n in shard["row_groups"]]
-        self._starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).tolist()
-        self._init_runtime()
-
-    def _init_runtime(self) -> None:
-        self._lock = threading.Lock()
-        self._cache: collections.OrderedDict = collections.OrderedDict()
-        self._local = threading.local()  # per thread: open ParquetFiles (a reader is not shared across threads)
-
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        for name in ("_lock", "_cache", "_local"):
-            del state[name]
-        return state
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._init_runtime()
+        shards = dataset.manifest["shards"]
+        self._copies = None
+        if read.cache is not None:  # checked paths: inside the output, absolute or URIs
+            self._copies = LocalCopies([(location, list(s["row_groups"]), s["sha256"], s["bytes"])
+                                        for location, s in zip(dataset.shard_paths, shards)],
+                                       read.cache, read.remote, held=cached_row_groups)
+        self._row_groups = RowGroups(dataset.shard_paths, [s["row_groups"] for s in shards], self._columns,
+                                     cached_row_groups, read.remote, decode=self._decode, cached_path=self._copies)
+        self._starts = self._row_groups.starts.tolist()
 
     def __len__(self) -> int:
         return self._starts[-1]
 
-    def _row_group(self, group: int) -> dict:
-        with self._lock:
-            if group in self._cache:
-                self._cache.move_to_end(group)
-                return self._cache[group]
-        shard, index = self._groups[group]
-        files = self._local.__dict__.setdefault("files", {})
-        if shard not in files:
-            filesystem, path = filesystem_of(self._shard_paths[shard], self._remote)
-            files[shard] = pq.ParquetFile(filesystem.open_input_file(path))
-        # Decoded outside the lock (pyarrow releases the GIL): threads decode different row groups at once.
-        table = files[shard].read_row_group(index, columns=self._columns)
-        decoded = {}  # name -> (values, nulls: bool per row or None)
+    def _decode(self, table: pa.Table) -> dict:
+        """A row group's columns as name -> (values, nulls: bool per row or None)."""
+        decoded = {}
         for name in self._columns:
             column = table.column(name).combine_chunks()
             nulls = None
@@ -177,10 +164,6 @@ class ShardDataSource(grain.sources.RandomAccessDataSource):
                     # costs ~20x more).
                     values, nulls = values.data, (values.mask if column.null_count else None)
             decoded[name] = (values, nulls)
-        with self._lock:
-            self._cache[group] = decoded
-            while len(self._cache) > self._cached_row_groups:
-                self._cache.popitem(last=False)
         return decoded
 
     def __getitem__(self, record_key: int) -> dict:
@@ -188,10 +171,17 @@ class ShardDataSource(grain.sources.RandomAccessDataSource):
         if not 0 <= key < len(self):
             raise IndexError(f"record {key} is outside 0..{len(self) - 1} of {self._path}")
         group = bisect.bisect_right(self._starts, key) - 1
-        decoded = self._row_group(group)
+        [decoded] = self._row_groups.fetch([group])
         row = key - self._starts[group]
         return {name: None if nulls is not None and nulls[row] else values[row]
                 for name, (values, nulls) in decoded.items()}
+
+    def cache_stats(self) -> dict | None:
+        """With read_options.cache: this process's shard cache counts (as ShardReader.cache_stats()); None
+        without a cache."""
+        if self._copies is None:
+            return None
+        return self._copies.stats()
 
     def __repr__(self) -> str:
         return f"ShardDataSource({self._path!r}, columns={self._columns})"

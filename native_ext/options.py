@@ -9,8 +9,9 @@ OrderOptions fixes every epoch's order (with the epoch and the dataset's
 row-group counts, nothing else); ShardOptions is this data-parallel rank
 (Grain's ShardOptions; torch's rank and world size); ReadOptions is how the
 rows are read (threads, prefetch, checksums), which changes nothing in what
-is served. The PyTorch and Grain adapters take the same objects; CacheOptions
-(in ReadOptions) keeps a remote dataset's shards on local disk.
+is served. The PyTorch and Grain adapters take the same objects (checked once,
+checked_reader_options); CacheOptions (in ReadOptions) keeps a remote
+dataset's shards on local disk.
 """
 
 from __future__ import annotations
@@ -131,6 +132,16 @@ class ReadOptions:
         check_type("ReadOptions.remote", self.remote, RemoteOptions)
         if self.cache is not None:
             check_type("ReadOptions.cache", self.cache, CacheOptions)
+
+
+# ShardReader's option arguments and their classes: the adapters take and hand on the same objects.
+READER_OPTION_CLASSES = {"order_options": OrderOptions, "shard_options": ShardOptions, "read_options": ReadOptions}
+
+
+def checked_reader_options(**options) -> dict:
+    """The option arguments given (order_options, shard_options, read_options), each checked to be an object of
+    its class (TypeError naming the argument): the keyword arguments to hand on to ShardReader."""
+    return {name: check_type(name, value, READER_OPTION_CLASSES[name]) for name, value in options.items()}
 
 
 def check_type(name: str, value, cls: type | tuple[type, ...]):

@@ -6,8 +6,10 @@ into epoch order ahead of the consumer, and a batch's arrays are views of
 those rows (no copy; only a batch that spans two windows is copied). The
 dataset is checked as untrusted input first (dataset.py: the manifest, every
 shard path and footer; local paths as users write them and Arrow URIs such
-as gs:// and s3://, without importing Beam); this module keeps the
-checkpoint state.
+as gs:// and s3://, without importing Beam). This module is the facade: the
+state's fields are checkpoint.py's, elastic resume is elastic.py's,
+following generations generations.py's, the Arrow-served columns
+arrow_columns.py's.
 
 Order (per epoch, from (seed, epoch) only): a Feistel permutation of all row
 groups, cut into windows of `window_row_groups` row groups whose rows are
@@ -30,25 +32,22 @@ in; `release_cached_memory()` unmaps them.
 
 from __future__ import annotations
 
-import hashlib
-import json
+import dataclasses
 import logging
 import threading
 from typing import Iterator, Sequence
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.fs as pafs
-
-from shardmill.native_ext._native import NativeError, NativeReader, ReaderOptions
+from shardmill.core.errors import NativeError, OutputError
+from shardmill.native_ext._native import NativeReader, ReaderOptions
 from shardmill.native_ext.arrow_columns import ARROW_FORMATS, ArrowColumns
-from shardmill.native_ext.checkpoint import (MAX_EPOCH, STATE_VERSION, ElasticEpoch, checked_ranges, elastic_states,
-                                             parse_state, state_generation)
+from shardmill.native_ext.checkpoint import (MAX_EPOCH, NATIVE_SETTINGS, ReaderSettings, dataset_fingerprint,
+                                             encode_state, resume_point, state_generation)
 from shardmill.native_ext.converters import CONVERTERS, Converter
-from shardmill.native_ext.dataset import (DEFAULT_COLUMNS, OutputError, load_manifest,  # noqa: F401  (re-exported)
-                                          newest_generation, open_dataset)
-from shardmill.native_ext.options import OrderOptions, ReadOptions, ShardOptions, check_type
-from shardmill.native_ext.remote import filesystem_of
+from shardmill.native_ext.dataset import DEFAULT_COLUMNS, open_dataset
+from shardmill.native_ext.elastic import ElasticEpoch, elastic_states
+from shardmill.native_ext.generations import deleted_generation, newer_generation
+from shardmill.native_ext.options import OrderOptions, ReadOptions, ShardOptions, check_type, checked_reader_options
+from shardmill.native_ext.row_groups import RowGroups
 
 _LOG = logging.getLogger(__name__)
 
@@ -132,9 +131,9 @@ class ShardReader:
             raise TypeError("columns must be a sequence of column names, not a string")
         if arrow_columns_as not in ARROW_FORMATS:
             raise ValueError(f"arrow_columns_as must be one of {', '.join(ARROW_FORMATS)}, got {arrow_columns_as!r}")
-        order = check_type("order_options", order_options, OrderOptions)
-        shard = check_type("shard_options", shard_options, ShardOptions)
-        read = check_type("read_options", read_options, ReadOptions)
+        options = checked_reader_options(order_options=order_options, shard_options=shard_options,
+                                         read_options=read_options)
+        order, shard, read = options["order_options"], options["shard_options"], options["read_options"]
         if not isinstance(follow_generations, bool):
             raise TypeError(f"follow_generations must be True or False, got {follow_generations!r}")
         self._path, self._read, self._order = path, read, order
@@ -146,18 +145,11 @@ class ShardReader:
         dataset = open_dataset(path, read.verify_checksums, columns=DEFAULT_COLUMNS if columns is None else list(columns),
                                remote=read.remote, generation=generation)
         self._bind(dataset)
-        self._settings = {
-            "dataset": self._dataset_fingerprint(),
-            "batch_size": int(batch_size),
-            "columns": list(dataset.columns),
-            "shard_index": shard.shard_index,
-            "shard_count": shard.shard_count,
-            "num_epochs": 0 if num_epochs is None else int(num_epochs),
-            "seed": order.seed,
-            "shuffle": order.shuffle,
-            "window_row_groups": order.window_row_groups,
-            "drop_remainder": bool(drop_remainder),
-        }
+        self._settings = ReaderSettings(
+            dataset=dataset_fingerprint(self._manifest), batch_size=int(batch_size), columns=list(dataset.columns),
+            shard_index=shard.shard_index, shard_count=shard.shard_count,
+            num_epochs=0 if num_epochs is None else int(num_epochs), seed=order.seed, shuffle=order.shuffle,
+            window_row_groups=order.window_row_groups, drop_remainder=bool(drop_remainder))
         if isinstance(start_epoch, bool) or not isinstance(start_epoch, int) or not 0 <= start_epoch <= MAX_EPOCH:
             raise ValueError(f"start_epoch must be an integer in 0..{MAX_EPOCH}, got {start_epoch!r}")
         if state is not None and start_epoch:
@@ -166,9 +158,10 @@ class ShardReader:
             raise ValueError(f"start_epoch {start_epoch} is not before num_epochs {num_epochs} (epochs count from 0)")
         start_position, ranges = 0, None
         if state is not None:
-            start_epoch, start_position, ranges = self._resume_point(state)
+            start_epoch, start_position, ranges = resume_point(state, self._settings, self._total_rows)
         # An elastic state's epoch is served from its ranges; this rank's own slices follow from the next epoch.
-        self._elastic = ElasticEpoch(start_epoch, ranges, start_position) if ranges is not None else None
+        self._elastic = (ElasticEpoch(start_epoch, ranges, start_position, self._open_piece)
+                         if ranges is not None else None)
         if self._elastic is not None:
             start_epoch, start_position = start_epoch + 1, 0
         try:
@@ -207,35 +200,33 @@ class ShardReader:
         arrow = [c for c in columns if c not in dataset.native]
         if self._arrow is not None:
             self._arrow.close()
-        self._arrow = ArrowColumns(dataset.shard_paths, [s["row_groups"] for s in self._manifest["shards"]], arrow,
-                                   self._arrow_format, 2 * self._order.window_row_groups, self._read.remote,
-                                   self._cached_path if self._read.cache is not None else None) if arrow else None
+        self._arrow = None
+        if arrow:  # the row groups of about two windows cached: a batch's rows come from those of one window
+            row_groups = RowGroups(dataset.shard_paths, [s["row_groups"] for s in self._manifest["shards"]], arrow,
+                                   2 * self._order.window_row_groups, self._read.remote,
+                                   cached_path=self._cached_path if self._read.cache is not None else None)
+            self._arrow = ArrowColumns(row_groups, self._arrow_format)
         self._total_rows = sum(s["rows"] for s in self._manifest["shards"])
         self._shard_paths = dataset.shard_paths
 
     def _follow_newest(self) -> None:
         """Between two epochs: a newer committed generation of the output is served from the next epoch on."""
-        native = self._native
+        native, settings = self._native, self._settings
         rows, position = native.rows_per_epoch, native.position
-        remainder_dropped = self._settings["drop_remainder"] and rows - position < self._settings["batch_size"]
+        remainder_dropped = settings.drop_remainder and rows - position < settings.batch_size
         if 0 < position < rows and not remainder_dropped:
             return  # inside an epoch
-        try:
-            newest = newest_generation(self._path, self._read.remote)
-        except OutputError as err:
-            _LOG.warning("following %s: cannot read its manifest (%s); staying on generation %d", self._path, err,
-                         self._generation)
-            return
-        if newest == self._generation:
+        newest = newer_generation(self._path, self._read.remote, self._generation)
+        if newest is None:
             return
         epoch = native.epoch + (1 if position > 0 else 0)
-        if self._settings["num_epochs"] and epoch >= self._settings["num_epochs"]:
+        if settings.num_epochs and epoch >= settings.num_epochs:
             return  # the stream ends here
-        dataset = open_dataset(self._path, self._read.verify_checksums, columns=self._settings["columns"],
+        dataset = open_dataset(self._path, self._read.verify_checksums, columns=settings.columns,
                                remote=self._read.remote, generation=newest)
         native.stop()
         self._bind(dataset)
-        self._settings["dataset"] = self._dataset_fingerprint()
+        self._settings = dataclasses.replace(settings, dataset=dataset_fingerprint(self._manifest))
         try:
             self._native = NativeReader(self._options(epoch, 0))
             self._native.start()
@@ -252,9 +243,8 @@ class ShardReader:
         options = ReaderOptions()
         for shard_path, shard in zip(self._shard_paths, self._manifest["shards"]):
             options.add_shard(shard_path, list(shard["row_groups"]), shard["sha256"], shard["bytes"])
-        for name in ("batch_size", "drop_remainder", "shard_index", "shard_count", "num_epochs", "seed",
-                     "shuffle", "window_row_groups"):
-            setattr(options, name, self._settings[name])
+        for name in NATIVE_SETTINGS:
+            setattr(options, name, getattr(self._settings, name))
         options.columns = self._native_columns
         options.num_threads, options.prefetch_windows = self._read.num_threads, self._read.prefetch_windows
         options.remote = self._read.remote.as_native()
@@ -268,33 +258,17 @@ class ShardReader:
             options.num_epochs, options.drop_remainder = start_epoch + 1, False
         return options
 
-    def _dataset_fingerprint(self) -> str:
-        digest = hashlib.sha256()
-        for shard in self._manifest["shards"]:
-            digest.update(f"{shard['path']}:{shard['rows']}:{shard['sha256']};".encode())
-        return digest.hexdigest()[:16]
-
-    def _resume_point(self, state: bytes) -> tuple[int, int, list[tuple[int, int]] | None]:
-        saved = parse_state(state)
-        differing = [k for k, v in self._settings.items() if saved.get(k) != v]
-        if differing:
-            raise ValueError(f"state was taken with other settings: {', '.join(differing)}")
-        epoch, position = saved.get("epoch"), saved.get("position")
-        last_epoch = self._settings["num_epochs"] or MAX_EPOCH
-        ranges = checked_ranges(saved.get("ranges"), self._total_rows) if "ranges" in saved else None
-        last_position = self._total_rows if ranges is None else sum(hi - lo for lo, hi in ranges)
-        for name, value, hi in (("epoch", epoch, last_epoch), ("position", position, last_position)):
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= hi:
-                raise ValueError(f"state field {name} {value!r} is outside 0..{hi}")
-        if ranges is not None and epoch >= last_epoch:
-            raise ValueError(f"state field epoch {epoch} is not before num_epochs {last_epoch}")
-        return epoch, position, ranges
+    def _open_piece(self, epoch: int, piece: tuple[int, int]) -> NativeReader:
+        """A started native reader of one piece of an elastic epoch."""
+        native = NativeReader(self._options(epoch, 0, piece))
+        native.start()
+        return native
 
     @staticmethod
     def elastic_states(states: Sequence[bytes], shard_count: int) -> list[bytes]:
         """States for `shard_count` ranks that continue what the ranks of `states` left of their epoch.
 
-        See checkpoint.elastic_states; rank j resumes with ShardReader(...,
+        See elastic.elastic_states; rank j resumes with ShardReader(...,
         shard_options=ShardOptions(j, shard_count), state=result[j]).
         """
         return elastic_states(states, shard_count)
@@ -303,12 +277,10 @@ class ShardReader:
         """A small serialisable checkpoint: a reader built with it continues exactly here."""
         with self._lock:
             if self._elastic is not None:
-                epoch, position = self._elastic.epoch, self._elastic.served
-                extra = {"ranges": [list(r) for r in self._elastic.ranges]}
+                epoch, position, ranges = self._elastic.epoch, self._elastic.served, self._elastic.ranges
             else:
-                epoch, position, extra = self._native.epoch, self._native.position, {}
-        return json.dumps({"v": STATE_VERSION, **self._settings, "rows": self._total_rows, "generation": self._generation,
-                           "epoch": epoch, "position": position, **extra}, separators=(",", ":")).encode()
+                epoch, position, ranges = self._native.epoch, self._native.position, None
+        return encode_state(self._settings, self._total_rows, self._generation, epoch, position, ranges)
 
     @property
     def rows_per_epoch(self) -> int:
@@ -338,7 +310,12 @@ class ShardReader:
     def __next__(self) -> dict:
         try:
             with self._lock:
-                batch = self._next_elastic() if self._elastic is not None else None
+                batch = None
+                if self._elastic is not None:
+                    batch = self._elastic.next_batch(self._settings.batch_size, self._settings.drop_remainder)
+                    if batch is None:  # the elastic epoch is done: this rank's own stream follows
+                        self._elastic = None
+                        self._native.start()
                 if batch is None:
                     if self._follow:
                         self._follow_newest()
@@ -365,54 +342,7 @@ class ShardReader:
         return batch
 
     def _deleted_generation(self) -> OutputError | None:
-        """After a failed read: the error to raise if shards of the generation being served are gone (a rerun
-        into the output deleted it, or a hand did), else None. Only on that path, so reads pay nothing for it."""
-        try:
-            for location, shard in zip(self._shard_paths, self._manifest["shards"]):
-                filesystem, path = filesystem_of(location, self._read.remote)
-                if filesystem.get_file_info(path).type == pafs.FileType.NotFound:
-                    return OutputError(
-                        f"{self._path}: generation {self._generation} was deleted while this reader was serving it "
-                        f"({shard['path']} is gone): a rerun into the output deletes the generation before it "
-                        f"unless the job keeps it with output.keep_generations >= 2, so readers end their epoch "
-                        f"on it")
-        except (OSError, ValueError, pa.ArrowException):
-            pass  # the store cannot say: the read's own error stands
-        return None
-
-    def _next_elastic(self) -> dict | None:
-        """The next batch of an elastic epoch (pieces read one at a time, batches cut across them),
-        or None once it is done (the rank's own stream then starts)."""
-        elastic = self._elastic
-        left = elastic.total - elastic.served
-        if left == 0 or (self._settings["drop_remainder"] and left < self._settings["batch_size"]):
-            elastic.close()
-            self._elastic = None
-            self._native.start()
-            return None
-        need = min(self._settings["batch_size"], left)
-        parts = []
-        while need > 0:
-            if elastic.pending is None:
-                if elastic.piece is None:
-                    elastic.piece = NativeReader(self._options(elastic.epoch, 0, elastic.next_piece()))
-                    elastic.piece.start()
-                elastic.pending = elastic.piece.next_batch()
-                if elastic.pending is None:
-                    elastic.piece.stop()
-                    elastic.piece = None
-                    continue
-            rows = len(elastic.pending["record_index"])
-            take = min(need, rows)
-            parts.append({k: v[:take] if isinstance(v, np.ndarray) else v for k, v in elastic.pending.items()})
-            elastic.pending = ({k: v[take:] if isinstance(v, np.ndarray) else v for k, v in elastic.pending.items()}
-                               if take < rows else None)
-            need -= take
-        elastic.served += sum(len(part["record_index"]) for part in parts)
-        if len(parts) == 1:
-            return parts[0]
-        return {k: np.concatenate([part[k] for part in parts]) if isinstance(v, np.ndarray) else v
-                for k, v in parts[0].items()}
+        return deleted_generation(self._path, self._shard_paths, self._manifest, self._read.remote)
 
     def close(self) -> None:
         """Stops the decoding threads (idempotent)."""

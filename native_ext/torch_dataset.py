@@ -46,8 +46,9 @@ import torch.distributed
 import torch.utils.data
 
 from shardmill.native_ext.converters import Converter
-from shardmill.native_ext.options import OrderOptions, ReadOptions, ShardOptions, check_type
-from shardmill.native_ext.reader import ShardReader, load_manifest
+from shardmill.native_ext.dataset import load_manifest
+from shardmill.native_ext.options import OrderOptions, ReadOptions, ShardOptions, checked_reader_options
+from shardmill.native_ext.reader import ShardReader
 
 MAX_WORKERS = 256  # DataLoader workers per dataset whose passes are counted
 _SLOTS = 1 + MAX_WORKERS  # slot 0: the main process (no workers); 1 + w: worker w
@@ -104,10 +105,8 @@ class ShardIterableDataset(torch.utils.data.IterableDataset):
         self._rank = rank
         self._world_size = world_size
         self._num_epochs = num_epochs
-        self._reader_options = {"drop_remainder": drop_remainder,
-                                "order_options": check_type("order_options", order_options, OrderOptions),
-                                "read_options": check_type("read_options", read_options, ReadOptions),
-                                "converter": converter}
+        self._reader_options = {"drop_remainder": drop_remainder, "converter": converter,
+                                **checked_reader_options(order_options=order_options, read_options=read_options)}
         self._reader: ShardReader | None = None
         self._pass_epoch = 0
         self._resume: dict | None = None

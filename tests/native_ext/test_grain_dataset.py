@@ -3,7 +3,9 @@ RandomAccessDataSource for Grain's own samplers; JAX-style multi-host sharding s
 
 import concurrent.futures
 import json
+import os
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -11,7 +13,7 @@ import pytest
 grain = pytest.importorskip("grain")
 
 from shardmill.native_ext import ShardReader  # noqa: E402
-from shardmill.native_ext import OrderOptions, ShardOptions
+from shardmill.native_ext import CacheOptions, OrderOptions, ReadOptions, RemoteOptions, ShardOptions, load_manifest
 from shardmill.native_ext.grain_dataset import ShardDataSource, ShardIterDataset  # noqa: E402
 from tests.datagen.shards import write_output  # noqa: E402
 from tests.support.reader_args import reader_args
@@ -103,3 +105,55 @@ def test_simulated_jax_hosts_read_disjoint_equal_slices(output, hosts):
             shuffle=True, seed=2, num_epochs=1)
         served += [int(r["id"]) for r in grain.DataLoader(data_source=source, sampler=sampler, worker_count=0)]
     assert len(served) == len(set(served)) and 1253 - len(served) < hosts
+
+
+def every_record(source):
+    return [(int(r["id"]), bytes(r["frame"])) for r in (source[i] for i in range(len(source)))]
+
+
+def test_the_data_source_reads_through_the_shard_cache_of_its_read_options(output, tmp_path):
+    cache = CacheOptions(str(tmp_path / "cache"), max_bytes=1 << 30)
+    source = ShardDataSource(output, ["id", "frame"], cached_row_groups=2, read_options=ReadOptions(cache=cache))
+    assert every_record(source) == every_record(ShardDataSource(output, ["id", "frame"]))
+    shards = load_manifest(output)["shards"]
+    assert sorted(os.listdir(tmp_path / "cache")) == sorted(
+        [s["sha256"] + ".parquet" for s in shards] + [s["sha256"] + ".lock" for s in shards])
+    assert source.cache_stats()["downloads"] == len(shards)
+    # Another process's source (a pickled copy, as Grain's workers get it) finds the copies cached.
+    copy = pickle.loads(pickle.dumps(source))
+    assert every_record(copy)[:3] == every_record(source)[:3]
+    assert copy.cache_stats()["downloads"] == 0 and copy.cache_stats()["verified"] >= 1
+    assert ShardDataSource(output, ["id"]).cache_stats() is None
+
+
+def test_a_remote_data_source_fetches_each_shard_once_into_its_cache(output, s3_server, tmp_path):
+    from tests.support.s3_server import CountingProxy
+
+    s3_server.create_bucket("grain-cache")
+    s3_server.upload(output, "grain-cache/out")
+    proxy = CountingProxy(s3_server)
+    try:
+        cache = CacheOptions(str(tmp_path / "cache"), max_bytes=1 << 30)
+        source = ShardDataSource(proxy.located("s3://grain-cache/out"), ["id", "frame"],
+                                 read_options=ReadOptions(cache=cache))
+        first = every_record(source)
+        sent = {s["path"]: proxy.sent(s["path"]) for s in load_manifest(output)["shards"]}
+        assert every_record(source) == first == every_record(ShardDataSource(output, ["id", "frame"]))
+        assert {s["path"]: proxy.sent(s["path"]) for s in load_manifest(output)["shards"]} == sent
+        assert source.cache_stats()["downloaded_bytes"] == sum(s["bytes"] for s in load_manifest(output)["shards"])
+    finally:
+        proxy.close()
+
+
+def test_the_data_sources_remote_argument_still_works_with_a_deprecation_warning(output):
+    with pytest.warns(DeprecationWarning, match="read_options=ReadOptions"):
+        source = ShardDataSource(output, ["id"], remote=RemoteOptions(max_attempts=2))
+    assert int(source[5]["id"]) == 5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ShardDataSource(output, ["id"], read_options=ReadOptions(remote=RemoteOptions(max_attempts=2)))
+    with pytest.raises(ValueError, match="give remote bounds once"), pytest.warns(DeprecationWarning):
+        ShardDataSource(output, ["id"], remote=RemoteOptions(max_attempts=2),
+                        read_options=ReadOptions(remote=RemoteOptions(max_attempts=5)))
+    with pytest.raises(TypeError, match="read_options must be a ReadOptions"):
+        ShardDataSource(output, ["id"], read_options={"remote": None})
