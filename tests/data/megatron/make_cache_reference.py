@@ -102,7 +102,7 @@ CONFIGS = {
 }
 
 # The largest blend measure() times: the three corpora, weighted, ten million training samples.
-MEASURE_CONFIG = dict(blend=(["A", "B", "C"], [0.6, 0.3, 0.1]), split="969,30,1",
+MEASURE_CONFIG = dict(blend=(["A", "B", "C"], [0.6, 0.3, 0.1]), split="98,1,1",
                       sizes=[10_000_000, 100_000, 10_000], seq=128)
 
 
@@ -163,6 +163,8 @@ class Megatron:
         setattr(cls, method, recorded)
 
     def config(self, spec: dict, path_to_cache: str, **options):
+        # Without a path_to_cache Megatron caches next to the corpus (<prefix>/cache/GPTDataset_indices).
+        assert path_to_cache, "a path_to_cache is required"
         blend = per_split = None
         if "blend" in spec:
             blend = ([prefix(n) for n in spec["blend"][0]], spec["blend"][1])
