@@ -33,10 +33,11 @@ from benchmarks.harness import emit, last_json_line, progress, python_child, run
 from tests.datagen.lc0 import write_archives, write_loose_games
 
 SHARDMILL = [sys.executable, "-m", "shardmill.pipelines.cli", "run"]
-def run_job(data_dir: str, work: str, extra: str) -> dict:
+def run_job(data_dir: str, work: str, chunk_pool: str) -> dict:
     config = os.path.join(work, "job.textproto")
     with open(config, "w") as f:
-        f.write(f'input: "{data_dir}"\nlc0 {{ index {{ lc0_version: 6 }} }}\n{extra}\nmax_error_fraction: 1\n')
+        f.write(f'input: "{data_dir}"\nlc0 {{ index {{ lc0_version: 6 }} chunk_pool {{ {chunk_pool} }} }}\n'
+                'max_error_fraction: 1\n')
     out = os.path.join(work, "out")
     shutil.rmtree(out, ignore_errors=True)
     run = run_child(SHARDMILL + ["--config", config, "--output", out]).check("shardmill run")
@@ -50,7 +51,7 @@ PLAN_SCRIPT = textwrap.dedent("""
     import json, pickle, sys, time
     import numpy as np, pyarrow as pa
     from benchmarks.bench_scale import synthetic_table
-    from shardmill.transforms.lc0 import plan as job_plan
+    from shardmill.transforms.lc0 import sampling as job_plan
     from shardmill.transforms.lc0.sampling import SamplingParams
     from shardmill.transforms.output.shard_count import ShardSizing, shard_count
 
@@ -97,7 +98,7 @@ def synthetic_table(table: int, rows: int):
     """Index table `table`: SOURCES_PER_TABLE-ish sources of CHUNKS_PER_SOURCE games (20-400 records)."""
     import pyarrow as pa
 
-    from shardmill.transforms.lc0.chunk_index import INDEX_SCHEMA
+    from shardmill.transforms.lc0.index import INDEX_SCHEMA
 
     rng = np.random.default_rng(table)
     per_source = min(rows, CHUNKS_PER_SOURCE)
@@ -150,7 +151,7 @@ def main():
         data = os.path.join(root, f"loose-{count}")
         if not os.path.isdir(data):
             write_loose_games(data, count)
-        report["sources"][count] = run_job(data, work, "lc0 { chunk_pool { position_count: 2 } }")
+        report["sources"][count] = run_job(data, work, "position_count: 2")
         progress({"sources": count, **report["sources"][count]})
     if sizes:
         base = report["sources"][sizes[0]]
@@ -162,8 +163,7 @@ def main():
         data = os.path.join(root, f"archives-{args.chunks}")
         if not os.path.isdir(data):
             write_archives(data, args.chunk_archives, args.chunks // args.chunk_archives)
-        report["chunks"][args.chunks] = run_job(data, work,
-                                                "lc0 { chunk_pool { chunk_pool_size: 20000 position_count: 1 } }")
+        report["chunks"][args.chunks] = run_job(data, work, "chunk_pool_size: 20000 position_count: 1")
         progress({"chunks": args.chunks, **report["chunks"][args.chunks]})
     whole_sizes = {int(s) for s in args.whole_plan_rows.split(",") if s}
     for rows in (int(s) for s in args.plan_rows.split(",") if s):

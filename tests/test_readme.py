@@ -12,6 +12,7 @@ import pytest
 from google.protobuf import text_format
 
 from shardmill.proto import shardmill_config_pb2 as config_pb2
+from tests.support.cli import run_shardmill
 from tests.support.paths import REPO, SHARED_FIXTURES
 
 NOT_RUN = "# not run:"
@@ -56,17 +57,15 @@ def demo_dir(tmp_path_factory):
     data = work / "data" / "default"
     subprocess.run([sys.executable, "-m", "tests.datagen.lc0", str(data)], check=True, cwd=REPO,
                    capture_output=True, timeout=300)
-    run = subprocess.run([sys.executable, "-m", "shardmill.pipelines.cli", "-q", "run", "--config",
-                          os.path.join(REPO, "pipelines", "configs", "demo.textproto")],
-                         cwd=str(work), capture_output=True, text=True, timeout=600)
+    run = run_shardmill("-q", "run", "--config", os.path.join(REPO, "pipelines", "configs", "demo.textproto"),
+                        cwd=work, timeout=600)
     assert run.returncode == 0, run.stderr
     assert (work / "out" / "demo" / ".manifest.json").exists()
     # out/tokens, for the token example: a Megatron corpus of the shared fixtures.
     corpus = os.path.join(SHARED_FIXTURES, "megatron", "meg-gpt2-openwebtext_text_document")
     config = work / "tokens.textproto"
     config.write_text(f'token_dataset {{ path_prefix: "{corpus}" seq_length: 128 }} output {{ path: "out/tokens" }}')
-    run = subprocess.run([sys.executable, "-m", "shardmill.pipelines.cli", "-q", "run", "--config", str(config)],
-                         cwd=str(work), capture_output=True, text=True, timeout=600)
+    run = run_shardmill("-q", "run", "--config", config, cwd=work, timeout=600)
     assert run.returncode == 0, run.stderr
     # out/clicks, for the label example: a small click log.
     logs = work / "logs"
@@ -74,8 +73,7 @@ def demo_dir(tmp_path_factory):
     (logs / "day-1.csv").write_text("user,clicked\n" + "".join(f"u{i},{int(i % 9 == 0)}\n" for i in range(500)))
     config = work / "clicks.textproto"
     config.write_text('input: "logs"\nlabel_sampling { label_column: "clicked" } output { path: "out/clicks" }')
-    run = subprocess.run([sys.executable, "-m", "shardmill.pipelines.cli", "-q", "run", "--config", str(config)],
-                         cwd=str(work), capture_output=True, text=True, timeout=600)
+    run = run_shardmill("-q", "run", "--config", config, cwd=work, timeout=600)
     assert run.returncode == 0, run.stderr
     return work
 

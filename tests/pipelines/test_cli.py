@@ -9,7 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardmill.pipelines import cli
-from shardmill.transforms.output.contract import SHARD_VERSION_KEY, shardmill_version
+from shardmill.core.output_contract import SHARD_VERSION_KEY, shardmill_version
+from tests.support.cli import run_shardmill
 
 SAMPLED = "lc0 { chunk_pool { passes: 2 position_count: 4 hanse_sampling_threshold: 100 } }\noutput { num_shards: 2 }"
 TIMESTAMPED = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d (INFO|WARNING|ERROR) ", re.MULTILINE)
@@ -21,13 +22,6 @@ def job(lc0_dataset, tmp_path):
     config = tmp_path / "job.textproto"
     config.write_text(f'input: "{directory}"\nseed: 3\nmax_error_fraction: 0.5\n{SAMPLED}\n')
     return str(config), str(tmp_path / "out")
-
-
-def shardmill(*args, env=None):
-    """The installed console script's entry point in a fresh interpreter (as a user runs it)."""
-    code = "import sys; from shardmill.pipelines.cli import main; sys.exit(main(sys.argv[1:]))"
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
-                          timeout=300)
 
 
 def test_version_flag_prints_the_installed_version(capsys):
@@ -74,21 +68,21 @@ def test_real_beam_options_pass_through(job, capsys):
 @pytest.mark.slow
 def test_logs_are_timestamped_and_verbosity_works_before_or_after_the_subcommand(job):
     config, out = job
-    default = shardmill("run", "--config", config, "--output", out)
+    default = run_shardmill("run", "--config", config, "--output", out)
     assert default.returncode == 0, default.stderr
-    assert TIMESTAMPED.search(default.stderr) and "shardmill.transforms.lc0.job: plan:" in default.stderr
+    assert TIMESTAMPED.search(default.stderr) and "shardmill.transforms.lc0.graph: plan:" in default.stderr
     assert "apache_beam" not in default.stderr  # Beam's own logs only with -v
 
-    verbose = shardmill("run", "--config", config, "--output", out, "--overwrite", "-v")
+    verbose = run_shardmill("run", "--config", config, "--output", out, "--overwrite", "-v")
     assert verbose.returncode == 0, verbose.stderr
     assert re.search(r"^\S+ \S+ INFO apache_beam", verbose.stderr, re.MULTILINE)
 
-    quiet = shardmill("-q", "run", "--config", config, "--output", out, "--overwrite")
+    quiet = run_shardmill("-q", "run", "--config", config, "--output", out, "--overwrite")
     assert quiet.returncode == 0, quiet.stderr
     assert " INFO " not in quiet.stderr
     assert "committed generation 3" in quiet.stdout  # the summary still prints
 
-    both = shardmill("-v", "run", "-q", "--config", config, "--output", out)
+    both = run_shardmill("-v", "run", "-q", "--config", config, "--output", out)
     assert both.returncode == 2 and "exclude each other" in both.stderr
 
 
@@ -128,8 +122,8 @@ def test_shards_carry_the_writing_version_in_their_parquet_metadata(job):
 @pytest.mark.slow
 def test_a_local_run_reports_progress_per_stage_and_its_counters(job):
     config, out = job
-    result = shardmill("run", "--config", config, "--output", out,
-                       "--direct_running_mode=multi_processing", "--direct_num_workers=2")
+    result = run_shardmill("run", "--config", config, "--output", out,
+                           "--direct_running_mode=multi_processing", "--direct_num_workers=2")
     assert result.returncode == 0, result.stderr
     lines = result.stderr.splitlines()
     progress = {stage: [line for line in lines if f"progress: {stage}:" in line] for stage in ("index", "load", "write")}
@@ -152,8 +146,8 @@ def test_a_label_run_with_worker_processes_reports_its_sample_stage_and_no_worke
         (logs / f"day-{day}.csv").write_text("id,clicked\n" + "".join(f"{i},{i % 4 == 0:d}\n" for i in range(2000)))
     config = tmp_path / "c.textproto"
     config.write_text(f'input: "{logs}"\nlabel_sampling {{ label_column: "clicked" }}\n')
-    result = shardmill("run", "--config", str(config), "--output", str(tmp_path / "out"),
-                       "--direct_running_mode=multi_processing", "--direct_num_workers=2")
+    result = run_shardmill("run", "--config", str(config), "--output", str(tmp_path / "out"),
+                           "--direct_running_mode=multi_processing", "--direct_num_workers=2")
     assert result.returncode == 0, result.stderr
     lines = result.stderr.splitlines()
     sample = [line for line in lines if "progress: sample:" in line]

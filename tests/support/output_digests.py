@@ -11,9 +11,10 @@ import argparse
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import tempfile
+
+from tests.support.cli import run_shardmill
 
 CASES = {
     "lc0": ('input: "{data}/lc0"\nseed: 42\nlc0 {{ index {{ count_method: SCAN lc0_version: 6 }}\n'
@@ -81,8 +82,7 @@ def main() -> None:
             config = os.path.join(tmp, f"{case}.textproto")
             with open(config, "w") as f:
                 f.write(template.format(data=data, out=out, fixtures=fixtures))
-            run = subprocess.run([sys.executable, "-m", "shardmill.pipelines.cli", "run", "--config", config],
-                                 capture_output=True, text=True)
+            run = run_shardmill("run", "--config", config, timeout=1800)
             if run.returncode != 0:
                 sys.exit(f"{case}: shardmill run exited {run.returncode}:\n{run.stderr[-3000:]}")
             result[case] = shard_digests(out)

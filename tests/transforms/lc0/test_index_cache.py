@@ -13,11 +13,12 @@ import time
 import pytest
 
 from shardmill.transforms.common.dead_letter import DeadLetter
-from shardmill.transforms.lc0.chunk_index import index_source
+from shardmill.transforms.lc0.index import index_source
 from shardmill.transforms.lc0.index_cache import (ENTRY_SUFFIX, IndexCache, RejectedEntry, decode_entry, encode_entry,
                                                   max_rows_bytes)
 from tests.datagen.lc0 import gzip_bytes, make_game_records, write_tar
 from tests.pipelines.test_run_job import file_digests, job_config, run
+from tests.support.cli import run_shardmill, shardmill_command
 
 
 def sampled(cache: str) -> str:
@@ -177,7 +178,7 @@ def test_a_damaged_entry_is_ignored_with_a_warning_and_rebuilt(corpus, tmp_path,
 @pytest.mark.slow
 def test_runs_sharing_one_cache_at_once_agree_and_leave_it_whole(corpus, tmp_path):
     cache = str(tmp_path / "cache")
-    count = [sys.executable, "-m", "shardmill.pipelines.cli", "count", corpus, "--index-cache", cache, "--json"]
+    count = shardmill_command("count", corpus, "--index-cache", cache, "--json")
     runs = [subprocess.Popen(count, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
     summaries = []
     for process in runs:
@@ -228,9 +229,8 @@ def limited(max_bytes=3 << 30):
 
 def count_through(corpus, cache, timeout=120):
     """`shardmill count` over the corpus with the cache, in a bounded subprocess: (summary, stderr)."""
-    done = subprocess.run([sys.executable, "-m", "shardmill.pipelines.cli", "count", corpus, "--index-cache",
-                           str(cache), "--json"], capture_output=True, text=True, timeout=timeout,
-                          preexec_fn=limited())
+    done = run_shardmill("count", corpus, "--index-cache", cache, "--json", timeout=timeout,
+                         memory_limit_bytes=3 << 30)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)["summary"], done.stderr
 

@@ -19,15 +19,14 @@ import pytest
 from shardmill.pipelines import cli
 from shardmill.pipelines.config import ConfigError, parse_config, validate
 from shardmill.transforms.common.discovery import list_input
-from shardmill.transforms.lc0 import plan as job_plan
-from shardmill.transforms.lc0.chunk_index import INDEX_SCHEMA, index_source
-from shardmill.transforms.lc0.plan import MAX_TASK_BYTES, WRITE_LESS
-from shardmill.transforms.lc0.sampling import SamplingParams, emissions
+from shardmill.transforms.lc0 import sampling as job_plan
+from shardmill.transforms.lc0.index import INDEX_SCHEMA, index_source
+from shardmill.transforms.lc0.sampling import MAX_TASK_BYTES, WRITE_LESS, SamplingParams, emissions
 from shardmill.transforms.output.shard_count import PlanError, ShardSizing, shard_count
 from tests.datagen.lc0 import gzip_bytes, make_game_records, write_dataset
+from tests.support.cli import run_shardmill
 from tests.support.lc0_plan import make_plan, positions_of_uses
 
-SHARDMILL = os.path.join(os.path.dirname(sys.executable), "shardmill")
 V6 = 8356
 
 
@@ -164,8 +163,7 @@ def test_a_million_passes_into_ten_shards_is_refused_before_loading(tmp_path, lc
     config = tmp_path / "job.textproto"
     config.write_text(f'input: "{directory}"\nlc0 {{ chunk_pool {{ passes: 1000000 hanse_sampling_threshold: 300 }} }}\n'
                       'output { num_shards: 10 }\nmax_error_fraction: 0.5\n')
-    done = subprocess.run([SHARDMILL, "run", "--config", str(config), "--output", str(tmp_path / "o")],
-                          capture_output=True, text=True, timeout=300)
+    done = run_shardmill("run", "--config", config, "--output", tmp_path / "o")
     assert done.returncode == 3, done.stderr
     assert "PlanError: the plan writes" in done.stderr and "set more output.num_shards" in done.stderr
     assert "Traceback" not in done.stderr
@@ -190,10 +188,9 @@ def bomb_member(inflated_bytes: int, version: int = 6) -> bytes:
 
 BOMB_SCRIPT = textwrap.dedent("""
     import json, os, resource, sys
-    from shardmill.transforms.lc0.chunk_index import index_source
+    from shardmill.transforms.lc0.index import index_source
     from shardmill.transforms.lc0.loading import load_task
-    from shardmill.transforms.lc0.sampling import SamplingParams
-    from shardmill.transforms.lc0.plan import read_tasks
+    from shardmill.transforms.lc0.sampling import SamplingParams, read_tasks
     import pyarrow as pa, pyarrow.compute as pc
 
     def vm_bytes():
@@ -281,14 +278,14 @@ def test_discovery_walks_the_tree_and_classifies_every_odd_file(tmp_path):
 def test_a_fifo_in_an_input_or_named_as_one_does_not_hang_count_or_run(tmp_path):
     os.mkfifo(tmp_path / "x.gz")
     (tmp_path / "game.gz").write_bytes(gzip_bytes(make_game_records(3, 5).tobytes()))
-    done = subprocess.run([SHARDMILL, "count", str(tmp_path), "--json"], capture_output=True, text=True, timeout=120)
+    done = run_shardmill("count", tmp_path, "--json", timeout=120)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)["summary"]
     assert summary["chunks"] == 1 and summary["skipped_files"] == {"not_regular": 1}
     config = tmp_path / "job.textproto"
     config.write_text(f'input: "{tmp_path / "x.gz"}"\n')
     for args in (["count", str(tmp_path / "x.gz")], ["run", "--config", str(config), "--output", str(tmp_path / "o")]):
-        done = subprocess.run([SHARDMILL, *args], capture_output=True, text=True, timeout=120)
+        done = run_shardmill(*args, timeout=120)
         assert done.returncode == 2 and "x.gz': not a regular file" in done.stderr, done.stderr
 
 
@@ -300,8 +297,7 @@ def test_a_run_over_odd_files_dead_letters_them_and_reads_the_rest(tmp_path):
     out = tmp_path / "out"
     config = tmp_path / "job.textproto"
     config.write_text(f'input: "{data}"\ninput: "{data}/day1/../top.gz"\nmax_error_fraction: 1\n')
-    done = subprocess.run([SHARDMILL, "run", "--config", str(config), "--output", str(out)], capture_output=True,
-                          text=True, timeout=300)
+    done = run_shardmill("run", "--config", config, "--output", out)
     assert done.returncode == 0, done.stderr
     manifest = json.loads((out / ".manifest.json").read_text())
     acc = manifest["stats"]["accounting"]

@@ -30,18 +30,14 @@ from shardmill.transforms.output import claim as claim_module
 from shardmill.transforms.output import lifecycle
 from shardmill.transforms.output.claim import ClaimHeldError, ClaimInfo, OutputClaim
 from tests.datagen.shards import write_output
+from tests.support.cli import run_shardmill, shardmill_command
 
-SHARDMILL = os.path.join(os.path.dirname(sys.executable), "shardmill")
 JOB = 'lc0 {{ chunk_pool {{ passes: {passes} position_count: 4 }} }}\noutput {{ num_shards: 3 }}\nmax_error_fraction: 0.5\n'
 
 
 def write_config(path, directory, seed, passes=2):
     path.write_text(f'input: "{directory}"\nseed: {seed}\n' + JOB.format(passes=passes))
     return str(path)
-
-
-def shardmill(*args, **kwargs):
-    return subprocess.run([SHARDMILL, *args], capture_output=True, text=True, timeout=300, **kwargs)
 
 
 def content(out):
@@ -67,7 +63,7 @@ def outputs(lc0_dataset, tmp_path_factory):
     configs, contents = {}, {}
     for seed in (1, 2):
         configs[seed] = write_config(base / f"seed{seed}.textproto", directory, seed, passes=6)
-        done = shardmill("run", "--config", configs[seed], "--output", str(base / f"ref{seed}"))
+        done = run_shardmill("run", "--config", configs[seed], "--output", str(base / f"ref{seed}"))
         assert done.returncode == 0, done.stderr
         contents[seed] = content(base / f"ref{seed}")
     assert contents[1] != contents[2]
@@ -81,7 +77,7 @@ def test_sigkill_at_random_moments_leaves_exactly_the_old_or_the_new_output(outp
     shutil.copytree(base / "ref1", out)
     current = 1
     started = time.monotonic()
-    full = shardmill("run", "--config", configs[2], "--output", str(out / ".." / "timing"))
+    full = run_shardmill("run", "--config", configs[2], "--output", str(out / ".." / "timing"))
     run_seconds = time.monotonic() - started
     assert full.returncode == 0, full.stderr
     rng = np.random.default_rng(2026)
@@ -90,7 +86,7 @@ def test_sigkill_at_random_moments_leaves_exactly_the_old_or_the_new_output(outp
     seen = set()
     for moment in rng.permutation(moments):
         other = 3 - current
-        proc = subprocess.Popen([SHARDMILL, "run", "--config", configs[other], "--output", str(out), "--overwrite"],
+        proc = subprocess.Popen(shardmill_command("run", "--config", configs[other], "--output", out, "--overwrite"),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         time.sleep(moment)
         proc.kill()
@@ -100,7 +96,7 @@ def test_sigkill_at_random_moments_leaves_exactly_the_old_or_the_new_output(outp
         seen.add(proc.returncode)
         current = 1 if now == contents[1] else 2
     assert -signal.SIGKILL in seen  # most moments caught a run in flight
-    done = shardmill("run", "--config", configs[1], "--output", str(out), "--overwrite")
+    done = run_shardmill("run", "--config", configs[1], "--output", str(out), "--overwrite")
     assert done.returncode == 0, done.stderr
     assert content(out) == contents[1] and leftovers(out) == []
     assert not os.path.exists(out / ".claim.json")
@@ -114,7 +110,7 @@ def test_a_signal_ends_the_run_with_one_line_removes_its_files_and_keeps_the_old
     shutil.copytree(base / "ref1", out)
     interrupted = 0
     for moment in (0.8, 1.6, 2.4):
-        proc = subprocess.Popen([SHARDMILL, "run", "--config", configs[2], "--output", str(out), "--overwrite"],
+        proc = subprocess.Popen(shardmill_command("run", "--config", configs[2], "--output", out, "--overwrite"),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(moment)
         proc.send_signal(sig)
@@ -179,14 +175,14 @@ def test_a_second_run_on_the_same_output_is_refused_naming_the_first(outputs, lc
     directory, _ = lc0_dataset
     slow = write_config(tmp_path / "slow.textproto", directory, 2, passes=40)
     out = tmp_path / "out"
-    first = subprocess.Popen([SHARDMILL, "run", "--config", slow, "--output", str(out)],
+    first = subprocess.Popen(shardmill_command("run", "--config", slow, "--output", out),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not os.path.exists(out / ".claim.json") and time.monotonic() < deadline:
         time.sleep(0.005)
     first.send_signal(signal.SIGSTOP)  # holds the claim for as long as the second run needs
     try:
-        second = shardmill("run", "--config", configs[1], "--output", str(out), "--overwrite")
+        second = run_shardmill("run", "--config", configs[1], "--output", str(out), "--overwrite")
     finally:
         first.send_signal(signal.SIGCONT)
     assert second.returncode == 2, second.stderr
@@ -206,7 +202,7 @@ def test_the_claim_of_a_dead_process_is_broken_by_the_next_run(outputs, tmp_path
     os.makedirs(out / ".staging-crashed-run" / "spill")
     (out / ".staging-crashed-run" / "spill" / "task.arrow").write_bytes(b"partial")
     (out / ".claim.json").write_bytes(info.to_bytes())
-    done = shardmill("run", "--config", configs[1], "--output", str(out))
+    done = run_shardmill("run", "--config", configs[1], "--output", str(out))
     assert done.returncode == 0, done.stderr
     assert "broke the claim of a crashed run" in done.stderr
     assert "found an unfinished run crashed-run" in done.stderr
@@ -225,10 +221,10 @@ def test_a_stale_claim_of_another_host_is_broken_only_when_asked(outputs, tmp_pa
     configs, contents, base = outputs
     out = tmp_path / "out"
     other_host_claim(out, age_seconds=3600)
-    refused = shardmill("run", "--config", configs[1], "--output", str(out))
+    refused = run_shardmill("run", "--config", configs[1], "--output", str(out))
     assert refused.returncode == 2
     assert "another-host" in refused.stderr and "--break-claim" in refused.stderr
-    done = shardmill("run", "--config", configs[1], "--output", str(out), "--break-claim")
+    done = run_shardmill("run", "--config", configs[1], "--output", str(out), "--break-claim")
     assert done.returncode == 0, done.stderr
     assert content(out) == contents[1]
 
@@ -386,7 +382,7 @@ def test_an_output_that_is_a_file_is_refused_before_any_work(outputs, tmp_path):
     (tmp_path / "file").write_text("x")
     for target, message in ((tmp_path / "file", "is a file, not a directory"),
                             (tmp_path / "file" / "sub", "which is a file, not a directory")):
-        done = shardmill("run", "--config", configs[1], "--output", str(target))
+        done = run_shardmill("run", "--config", configs[1], "--output", str(target))
         assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
 
 
@@ -394,7 +390,7 @@ def test_an_output_that_is_a_file_is_refused_before_any_work(outputs, tmp_path):
 def test_an_output_inside_an_input_is_refused(outputs, lc0_dataset, tmp_path):
     configs, _, _ = outputs
     directory, _ = lc0_dataset
-    done = shardmill("run", "--config", configs[1], "--output", os.path.join(directory, "out"))
+    done = run_shardmill("run", "--config", configs[1], "--output", os.path.join(directory, "out"))
     assert done.returncode == 2 and "inside input" in done.stderr
     assert not os.path.exists(os.path.join(directory, "out"))
 
@@ -427,7 +423,7 @@ def tmpfs(tmp_path):
 def test_a_read_only_output_is_refused_before_any_work(outputs, tmpfs):
     configs, _, _ = outputs
     read_only = tmpfs("ro", "ro,size=1m")
-    done = shardmill("run", "--config", configs[1], "--output", str(read_only / "out"))
+    done = run_shardmill("run", "--config", configs[1], "--output", str(read_only / "out"))
     assert done.returncode == 2, done.stderr
     assert "cannot write there (Read-only file system)" in done.stderr and "Traceback" not in done.stderr
 
@@ -441,7 +437,7 @@ def test_a_full_disk_is_found_before_any_work(outputs, tmpfs):
             f.write(b"\0" * (1 << 20))
         except OSError:
             pass
-    done = shardmill("run", "--config", configs[1], "--output", str(full / "out"))
+    done = run_shardmill("run", "--config", configs[1], "--output", str(full / "out"))
     assert done.returncode == 2, done.stderr
     assert "No space left on device" in done.stderr and "Traceback" not in done.stderr
     assert not os.path.exists(full / "out")
@@ -457,7 +453,7 @@ def test_a_disk_filling_up_during_the_run_fails_cleanly_and_keeps_the_old_output
     used = sum(os.path.getsize(os.path.join(r, n)) for r, _, names in os.walk(out) for n in names)
     assert used < 500_000, "the old output must fit with room for the new run's first bytes"
     big = write_config(disk.parent / "big.textproto", directory, 2, passes=40)
-    done = shardmill("run", "--config", big, "--output", str(out), "--overwrite")
+    done = run_shardmill("run", "--config", big, "--output", str(out), "--overwrite")
     assert done.returncode == 3, done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert "failed:" in last and "No space left on device" in last and "Traceback" not in done.stderr
@@ -472,14 +468,14 @@ def test_a_run_over_the_error_budget_leaves_the_previous_output_intact(outputs, 
     shutil.copytree(base / "ref1", out)
     strict = tmp_path / "strict.textproto"
     strict.write_text(f'input: "{directory}"\nseed: 2\nmax_error_fraction: 0.01\n')
-    done = shardmill("run", "--config", str(strict), "--output", str(out), "--overwrite")
+    done = run_shardmill("run", "--config", str(strict), "--output", str(out), "--overwrite")
     assert done.returncode == 1
     assert content(out) == contents[1] and leftovers(out) == []
     report = json.loads((out / ".rejected" / "manifest.json").read_text())
     errors = (out / ".rejected" / "errors.jsonl").read_text().splitlines()
     assert report["errors"]["count"] == len(errors) > 0
     # The next committed run removes the stale report.
-    assert shardmill("run", "--config", configs[2], "--output", str(out), "--overwrite").returncode == 0
+    assert run_shardmill("run", "--config", configs[2], "--output", str(out), "--overwrite").returncode == 0
     assert not os.path.exists(out / ".rejected") and content(out) == contents[2]
 
 
@@ -564,9 +560,9 @@ def test_the_reader_reads_older_formats_and_an_overwrite_replaces_them(outputs, 
     with ShardReader(str(out), batch_size=64, columns=["id"], order_options=OrderOptions(shuffle=False)) as reader:
         assert sorted(int(i) for b in reader for i in b["id"]) == list(range(50))
     assert manifest["format_version"] == version
-    refused = shardmill("run", "--config", configs[1], "--output", str(out))
+    refused = run_shardmill("run", "--config", configs[1], "--output", str(out))
     assert refused.returncode == 2 and "--overwrite" in refused.stderr
-    done = shardmill("run", "--config", configs[1], "--output", str(out), "--overwrite")
+    done = run_shardmill("run", "--config", configs[1], "--output", str(out), "--overwrite")
     assert done.returncode == 0, done.stderr
     assert content(out) == contents[1] and leftovers(out) == []
     assert not set(names) & set(os.listdir(out)) and load_manifest(str(out))["format_version"] == 3

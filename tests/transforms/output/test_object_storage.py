@@ -4,7 +4,6 @@ local disk, one run at a time by the listing claim, and exactly the old or the n
 
 import contextlib
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -19,9 +18,9 @@ from shardmill.transforms.common import filesystem
 from shardmill.transforms.output import lifecycle
 from shardmill.transforms.output.claim import ClaimHeldError, ClaimInfo, OutputClaim
 from tests.pipelines.test_job_contract import write_config, write_inputs
+from tests.support.cli import run_shardmill, shardmill_command
 from tests.support.s3_server import free_port, silent_server, status_server
 
-SHARDMILL = os.path.join(os.path.dirname(sys.executable), "shardmill")
 BUCKET = "storage"
 
 
@@ -133,8 +132,7 @@ def test_sigkill_at_random_moments_of_an_s3_overwrite_leaves_exactly_the_old_or_
     contents = {}
     for seed in (1, 2):
         started = time.monotonic()
-        done = subprocess.run([SHARDMILL, "run", "--config", configs[seed], "--overwrite"],
-                              capture_output=True, text=True, timeout=300)
+        done = run_shardmill("run", "--config", configs[seed], "--overwrite")
         run_seconds = time.monotonic() - started
         assert done.returncode == 0, done.stderr
         contents[seed] = content(out)
@@ -146,7 +144,7 @@ def test_sigkill_at_random_moments_of_an_s3_overwrite_leaves_exactly_the_old_or_
     killed = 0
     for moment in rng.permutation(moments):
         other = 3 - current
-        proc = subprocess.Popen([SHARDMILL, "run", "--config", configs[other], "--overwrite"],
+        proc = subprocess.Popen(shardmill_command("run", "--config", configs[other], "--overwrite"),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         time.sleep(moment)
         proc.kill()
@@ -156,8 +154,7 @@ def test_sigkill_at_random_moments_of_an_s3_overwrite_leaves_exactly_the_old_or_
         assert now in (contents[current], contents[other]), f"a mixed output after SIGKILL at {moment:.2f} s"
         current = 1 if now == contents[1] else 2
     assert killed >= 4  # most moments caught a run in flight
-    done = subprocess.run([SHARDMILL, "run", "--config", configs[1], "--overwrite"], capture_output=True, text=True,
-                          timeout=300)
+    done = run_shardmill("run", "--config", configs[1], "--overwrite")
     assert done.returncode == 0, done.stderr
     assert content(out) == contents[1] and leftovers(out) == []
 
@@ -188,10 +185,6 @@ STATUS_OF = {"erroring": 503, "forbidding": 403}
 WHAT_IT_SAYS = {"erroring": "answers HTTP 503 (a server error)", "forbidding": "refuses access (HTTP 403)"}
 
 
-def _limit_memory():
-    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
-
-
 def aws_settings(endpoint: str) -> dict:
     """The environment that points AWS clients at endpoint."""
     return {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
@@ -201,9 +194,7 @@ def aws_settings(endpoint: str) -> dict:
 def shardmill_against(endpoint: str, *args: str) -> tuple[float, subprocess.CompletedProcess]:
     """(seconds, result) of the shardmill command with AWS clients pointed at endpoint; a hang fails at 90 s."""
     started = time.monotonic()
-    done = subprocess.run([SHARDMILL, *args], env={**os.environ, **aws_settings(endpoint)}, capture_output=True,
-                          text=True, timeout=90,
-                          preexec_fn=_limit_memory)
+    done = run_shardmill(*args, env=aws_settings(endpoint), timeout=90, memory_limit_bytes=3 << 30)
     return time.monotonic() - started, done
 
 

@@ -11,6 +11,7 @@ from shardmill.native_ext.dataset import _TOKEN_DTYPES as READER_TOKEN_DTYPES
 from shardmill.pipelines import cli
 from shardmill.transforms.tokens.plan import TOKEN_DTYPES, sample_dtype
 from tests.datagen.megatron import write_indexed_dataset
+from tests.support.cli import run_shardmill
 
 PADS = [None, -1, 0, 255, 70_000, 2**32, 2**63 - 1, -2**63]
 
@@ -155,7 +156,7 @@ def test_a_size_whose_index_build_would_not_fit_is_refused_in_one_line_before_al
     config = tmp_path / "job.textproto"
     config.write_text(f'token_dataset {{ path_prefix: "{tmp_path / "c"}" seq_length: 64 num_samples: 1000000000 }}\n'
                       f'output {{ path: "{tmp_path / "out"}" }}\n')
-    done = run_limited(["-m", "shardmill.pipelines.cli", "run", "--config", str(config)], 2 << 30, 120)
+    done = run_shardmill("run", "--config", config, timeout=120, memory_limit_bytes=2 << 30)
     assert done.returncode == 2, done.stderr[-2000:]
     errors = [line for line in done.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and re.search(r"c: 1,000,000,000 samples of 64 tokens need Megatron's indices built in "
