@@ -26,10 +26,10 @@ import numpy as np
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from benchmarks.harness import emit, interleaved_rounds, paired_ab, paired_ratio, timed
-from shardmill.native_ext.kernels import copy_runs
+from shardmill.core.kernels import copy_runs
 from shardmill.pipelines.config import parse_config, validate
 from shardmill.pipelines.run_job import run_job
-from shardmill.transforms.tokens import job as token_job
+from shardmill.transforms.tokens import graph as token_job
 from shardmill.transforms.tokens.megatron_blend import plan_weighted_blend
 from shardmill.transforms.tokens.megatron_index import build_gpt_indices, sample_byte_runs, sample_tokens
 from shardmill.transforms.tokens.plan import read_dataset
