@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import weakref
 from typing import Callable, Sequence
 
 import numpy as np
@@ -23,6 +24,11 @@ from shardmill.native_ext.options import CacheOptions
 from shardmill.native_ext.remote import RemoteOptions, filesystem_of
 
 MAX_OPEN_SHARDS = 64  # per thread; the least recently used is closed first
+
+
+class _OpenFiles(collections.OrderedDict):
+    """One thread's open shards, by index (a class of its own so that RowGroups can hold it weakly: the files of
+    a thread that has ended go with it)."""
 
 
 class RowGroups:
@@ -58,7 +64,8 @@ class RowGroups:
         self._lock = threading.Lock()
         self._cache: collections.OrderedDict[int, object] = collections.OrderedDict()
         self._local = threading.local()
-        self._open: list[collections.OrderedDict] = []  # every thread's open files, to close them all
+        # Every live thread's open files, for close(): id -> files.
+        self._open: weakref.WeakValueDictionary[int, _OpenFiles] = weakref.WeakValueDictionary()
 
     def __getstate__(self):
         state = self.__dict__.copy()
@@ -81,9 +88,9 @@ class RowGroups:
     def _file(self, shard: int) -> pq.ParquetFile:
         files = getattr(self._local, "files", None)
         if files is None:
-            files = self._local.files = collections.OrderedDict()
+            files = self._local.files = _OpenFiles()
             with self._lock:
-                self._open.append(files)
+                self._open[id(files)] = files
         if shard in files:
             files.move_to_end(shard)
             return files[shard]
@@ -128,7 +135,7 @@ class RowGroups:
 
     def close(self) -> None:
         with self._lock:
-            for files in self._open:
+            for files in list(self._open.values()):
                 for parquet in files.values():
                     parquet.close()
                 files.clear()

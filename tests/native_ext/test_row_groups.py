@@ -1,7 +1,9 @@
 """row_groups.RowGroups, the one row-group cache of the Arrow-served columns and Grain's source: records found by
 their index, the row groups asked for kept whatever the cache's size, least recently used dropped first."""
 
+import gc
 import pickle
+import threading
 
 import numpy as np
 import pytest
@@ -55,3 +57,16 @@ def test_a_decoded_row_group_is_what_decode_makes_of_it_and_the_groups_pickle_wi
     assert copy.cached() == [] and copy.fetch([6]) == [list(range(160, 170))]
     groups.close()
     assert groups.cached() == []
+
+
+def test_a_threads_open_shards_go_with_the_thread_and_close_closes_the_others(output):
+    groups = row_groups(output, 1)
+    worker = threading.Thread(target=groups.fetch, args=([4],))
+    worker.start()
+    worker.join()
+    del worker
+    gc.collect()
+    groups.fetch([0])
+    assert len(groups._open) == 1  # this thread's; the ended thread's files were released with it
+    groups.close()
+    assert [len(files) for files in groups._open.values()] == [0]
