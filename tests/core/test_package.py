@@ -1,5 +1,8 @@
 """shardmill.core is the lowest layer: it imports nothing else of shardmill, and needs neither Beam nor protobuf."""
 
+import subprocess
+import sys
+
 from tests.support.imported_modules import shardmill_modules_loaded
 
 CORE_MODULES = ["shardmill.core", "shardmill.core.errors", "shardmill.core.output_contract",
@@ -10,3 +13,14 @@ def test_core_imports_nothing_else_of_shardmill_nor_beam_nor_protobuf():
     loaded = shardmill_modules_loaded(CORE_MODULES)
     assert set(CORE_MODULES) <= set(loaded)
     assert [m for m in loaded if not m.startswith("shardmill.core")] == []
+
+
+def test_another_pyarrow_is_named_before_the_kernels_module_is_loaded():
+    code = ("import sys, pyarrow; pyarrow.__version__ = '99.0.0'\n"
+            "try:\n    import shardmill.core.kernels\n"
+            "except ImportError as err:\n"
+            "    print(err); print('shardmill.core._kernels' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    message, loaded = result.stdout.strip().splitlines()
+    assert "built against pyarrow" in message and "99.0.0 is installed" in message
+    assert loaded == "False"
