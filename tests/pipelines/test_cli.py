@@ -96,18 +96,6 @@ def test_without_beam_the_job_says_which_extra_to_install(job):
     assert result.stderr.count("\n") == 1 and "pip install 'shardmill[job]'" in result.stderr
 
 
-def test_another_pyarrow_is_named_before_the_extension_is_loaded():
-    code = ("import sys, pyarrow; pyarrow.__version__ = '99.0.0'\n"
-            "try:\n    import shardmill.native_ext\n"
-            "except ImportError as err:\n"
-            "    print(err); print('shardmill.native_ext._native' in sys.modules)\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    message, loaded = result.stdout.strip().splitlines()
-    assert "built against pyarrow" in message and "99.0.0 is installed" in message
-    assert "pip install pyarrow==" in message
-    assert loaded == "False"
-
-
 @pytest.mark.slow
 def test_shards_carry_the_writing_version_in_their_parquet_metadata(job):
     config, out = job
