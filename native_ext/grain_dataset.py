@@ -13,30 +13,25 @@ Requires grain (not a shardmill dependency: `pip install grain`).
   through pyarrow and kept in a small cache (row_groups.py; random access over
   Parquet reads a row group per miss, so Grain's shuffled order is slow on
   large row groups: prefer ShardIterDataset for training, the source where
-  Grain must own the order). Its `read_options` are ShardReader's: checksums,
+  Grain must own the order; records.py's RecordSource does the reading). Its `read_options` are ShardReader's: checksums,
   remote bounds and the local shard cache apply (threads and prefetch are the
   caller's). Thread-safe; picklable (the cache and open files are not pickled).
 """
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import threading
 import warnings
 from typing import Sequence
 
 import grain
-import numpy as np
-import pyarrow as pa
 
-from shardmill.native_ext.arrow_columns import as_numpy
 from shardmill.native_ext.converters import Converter
-from shardmill.native_ext.dataset import DEFAULT_COLUMNS, open_dataset
 from shardmill.native_ext.options import OrderOptions, ReadOptions, ShardOptions, check_type, checked_reader_options
 from shardmill.native_ext.reader import ShardReader
+from shardmill.native_ext.records import RecordSource
 from shardmill.native_ext.remote import RemoteOptions
-from shardmill.native_ext.row_groups import LocalCopies, RowGroups
 
 
 class ShardIterDataset(grain.IterDataset):
@@ -117,8 +112,6 @@ class ShardDataSource(grain.sources.RandomAccessDataSource):
 
     def __init__(self, path: str, columns: Sequence[str] | None = None, cached_row_groups: int = 8,
                  remote: RemoteOptions | None = None, *, read_options: ReadOptions = ReadOptions()):
-        if cached_row_groups < 1:
-            raise ValueError(f"cached_row_groups must be >= 1, got {cached_row_groups}")
         read = checked_reader_options(read_options=read_options)["read_options"]
         if remote is not None:
             warnings.warn("ShardDataSource(remote=...) is deprecated: give read_options=ReadOptions(remote=...)",
@@ -126,62 +119,19 @@ class ShardDataSource(grain.sources.RandomAccessDataSource):
             if read.remote != RemoteOptions():
                 raise ValueError("give remote bounds once: in read_options.remote (remote= is deprecated)")
             read = dataclasses.replace(read, remote=check_type("remote", remote, RemoteOptions))
-        # The untrusted-output checks; columns None: the output's own (ShardReader's defaults).
-        dataset = open_dataset(path, read.verify_checksums,
-                               columns=DEFAULT_COLUMNS if columns is None else list(columns), remote=read.remote)
         self._path = path
-        self._columns = dataset.columns
-        self._typed = dataset.typed
-        shards = dataset.manifest["shards"]
-        self._copies = None
-        if read.cache is not None:  # checked paths: inside the output, absolute or URIs
-            self._copies = LocalCopies([(location, list(s["row_groups"]), s["sha256"], s["bytes"])
-                                        for location, s in zip(dataset.shard_paths, shards)],
-                                       read.cache, read.remote, held=cached_row_groups)
-        self._row_groups = RowGroups(dataset.shard_paths, [s["row_groups"] for s in shards], self._columns,
-                                     cached_row_groups, read.remote, decode=self._decode, cached_path=self._copies)
-        self._starts = self._row_groups.starts.tolist()
+        self._records = RecordSource(path, columns, cached_row_groups, read_options=read)
 
     def __len__(self) -> int:
-        return self._starts[-1]
-
-    def _decode(self, table: pa.Table) -> dict:
-        """A row group's columns as name -> (values, nulls: bool per row or None)."""
-        decoded = {}
-        for name in self._columns:
-            column = table.column(name).combine_chunks()
-            nulls = None
-            if pa.types.is_fixed_size_binary(column.type):
-                width = column.type.byte_width
-                values = np.frombuffer(column.buffers()[1], np.uint8)
-                values = values[column.offset * width:(column.offset + len(column)) * width].reshape(-1, width)
-                if name in self._typed:
-                    values = values.view(self._typed[name])
-            else:
-                values = as_numpy(column)
-                if isinstance(values, np.ma.MaskedArray):
-                    # Numbers and booleans: a record's value is read from the plain arrays (indexing a masked array
-                    # costs ~20x more).
-                    values, nulls = values.data, (values.mask if column.null_count else None)
-            decoded[name] = (values, nulls)
-        return decoded
+        return len(self._records)
 
     def __getitem__(self, record_key: int) -> dict:
-        key = int(record_key)
-        if not 0 <= key < len(self):
-            raise IndexError(f"record {key} is outside 0..{len(self) - 1} of {self._path}")
-        group = bisect.bisect_right(self._starts, key) - 1
-        [decoded] = self._row_groups.fetch([group])
-        row = key - self._starts[group]
-        return {name: None if nulls is not None and nulls[row] else values[row]
-                for name, (values, nulls) in decoded.items()}
+        return self._records[record_key]
 
     def cache_stats(self) -> dict | None:
         """With read_options.cache: this process's shard cache counts (as ShardReader.cache_stats()); None
         without a cache."""
-        if self._copies is None:
-            return None
-        return self._copies.stats()
+        return self._records.cache_stats()
 
     def __repr__(self) -> str:
-        return f"ShardDataSource({self._path!r}, columns={self._columns})"
+        return f"ShardDataSource({self._path!r}, columns={self._records.columns})"

@@ -1,6 +1,6 @@
 """The row groups of an output's shards read through pyarrow, for the two readers that take rows by their record
-index: the Arrow-served columns of a ShardReader batch (arrow_columns.py) and Grain's random-access source
-(grain_dataset.py).
+index: the Arrow-served columns of a ShardReader batch (arrow_columns.py) and the random-access record source
+(records.py: Grain's ShardDataSource, MegatronDataset).
 
 Records are numbered across the shards in manifest order, rows in file order
 (the native reader's `record_index`). A row group is decoded whole (only the
