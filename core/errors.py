@@ -47,3 +47,10 @@ class InputError(ShardmillError, ValueError):
     raised by discovery and by a kind's plan."""
 
     exit_code = EXIT_BAD_INVOCATION
+
+
+class UsageError(ShardmillError, ValueError):
+    """A command line shardmill can't carry out as given: an option neither shardmill nor Beam knows, or one that
+    needs an extra that is not installed (--plot without matplotlib)."""
+
+    exit_code = EXIT_BAD_INVOCATION

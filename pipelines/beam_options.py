@@ -9,9 +9,7 @@ from __future__ import annotations
 import argparse
 import difflib
 
-
-class UsageError(ValueError):
-    """A command line that names an option neither shardmill nor Beam knows."""
+from shardmill.core.errors import UsageError
 
 
 def _beam_option_parser() -> argparse.ArgumentParser:

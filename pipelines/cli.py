@@ -54,7 +54,7 @@ def _add_verbosity(parser: argparse.ArgumentParser, default) -> None:
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The `shardmill` parser and each subcommand's own parser, by name."""
-    from shardmill.transforms.output.contract import shardmill_version
+    from shardmill.core.output_contract import shardmill_version
 
     parser = argparse.ArgumentParser(prog="shardmill", description=__doc__.format(kinds=kinds_text("\n")),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -66,13 +66,16 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     return parser, {name: command.add_parser(subparsers, common) for name, command in COMMANDS.items()}
 
 
-def _is_bad_invocation(err: BaseException) -> bool:
-    """Raised before any work: a bad config, input or output (ValueErrors: ConfigError, InputError,
-    OutputPathError, OutputExistsError, IndexedDatasetError, OutputError, UsageError), or an output in use.
-    A failure of the pipeline itself arrives as RunFailed, whatever the worker raised."""
-    from shardmill.transforms.output.claim import ClaimHeldError
+def _exit_code(err: BaseException) -> int:
+    """What a command that ended in `err` exits with: a ShardmillError's own exit_code (core/errors.py: bad
+    config, input or output and an output in use are EXIT_BAD_INVOCATION, refused before any work); any other
+    exception is a defect (EXIT_FAILED). A failure of the pipeline itself arrives as RunFailed, whatever the
+    worker raised."""
+    from shardmill.core.errors import ShardmillError
 
-    return isinstance(err, (ValueError, ClaimHeldError))
+    if isinstance(err, ShardmillError):
+        return err.exit_code
+    return EXIT_FAILED
 
 
 def _missing_job_dependency(err: BaseException) -> bool:
@@ -105,7 +108,8 @@ def _report_failure(command: Command, args: argparse.Namespace, err: BaseExcepti
         print(f"shardmill {command.name}: error: the job needs Apache Beam and protobuf, which are not "
               f"installed ({err}): pip install 'shardmill[job]'", file=sys.stderr)
         return EXIT_BAD_INVOCATION
-    if not signals and _is_bad_invocation(err):
+    code = _exit_code(err)
+    if not signals and code == EXIT_BAD_INVOCATION:
         print(f"shardmill {command.name}: error: {err}", file=sys.stderr)
         return EXIT_BAD_INVOCATION
     note = command.failure_note(args)
@@ -117,7 +121,7 @@ def _report_failure(command: Command, args: argparse.Namespace, err: BaseExcepti
     from shardmill.pipelines.run_job import one_line
 
     print(f"shardmill {command.name}: failed: {one_line(err)}{note} (-v shows the traceback)", file=sys.stderr)
-    return EXIT_FAILED
+    return code
 
 
 def entry() -> None:

@@ -12,7 +12,7 @@ import math
 from google.protobuf import text_format
 
 from shardmill.proto import shardmill_config_pb2 as config_pb2
-from shardmill.transforms.job import ConfigError  # noqa: F401 (the commands' name for it)
+from shardmill.core.errors import ConfigError  # noqa: F401 (the commands' name for it)
 from shardmill.transforms.output.shard_count import MAX_SHARDS
 
 JobConfig = config_pb2.JobConfig

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 
+from shardmill.core.errors import OutputError
 from shardmill.transforms.job import JobKind
 
 # job kind (the manifest's job_kind) -> the module holding its KIND
@@ -40,6 +41,6 @@ def job_kind_of_manifest(manifest: dict) -> JobKind:
     """The kind that wrote a manifest (format 1 manifests name none: only the lc0 job wrote them)."""
     name = manifest.get("job_kind", DEFAULT_KIND if manifest.get("format_version") == 1 else None)
     if name not in REGISTRY:
-        raise ValueError(f"the manifest names job kind {name!r}, which this shardmill does not know "
+        raise OutputError(f"the manifest names job kind {name!r}, which this shardmill does not know "
                          f"({', '.join(REGISTRY)})")
     return kind_named(name)

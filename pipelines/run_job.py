@@ -24,6 +24,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from google.protobuf import text_format
 
+from shardmill.core.errors import EXIT_ERROR_BUDGET, EXIT_FAILED, ShardmillError
 from shardmill.pipelines.config import JobConfig
 from shardmill.pipelines.jobs import job_kind
 from shardmill.pipelines.runner import counter_values, is_local_run, local_runner, make_pipeline
@@ -40,8 +41,10 @@ from shardmill.transforms.output.sharded_output import WriteShardedOutput
 _LOG = logging.getLogger(__name__)
 
 
-class ErrorBudgetExceeded(RuntimeError):
+class ErrorBudgetExceeded(ShardmillError, RuntimeError):
     """The run met more bad input than max_error_fraction allows; nothing was committed."""
+
+    exit_code = EXIT_ERROR_BUDGET
 
     def __init__(self, manifest: dict, report_dir: str, max_fraction: float):
         fraction = manifest["stats"]["accounting"]["error_fraction"]
@@ -70,8 +73,10 @@ class RunResult:
     counters: dict[str, int]  # shardmill's Beam counters of the finished pipeline ({} where the runner has none)
 
 
-class RunFailed(RuntimeError):
+class RunFailed(ShardmillError, RuntimeError):
     """The pipeline failed (I/O error, disk full, a worker crash); the cause is chained."""
+
+    exit_code = EXIT_FAILED
 
     def __init__(self, cause: BaseException):
         super().__init__(one_line(cause))

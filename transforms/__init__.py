@@ -1,8 +1,11 @@
-"""Beam PTransforms of shardmill and the plain numpy/pyarrow kernels under them.
+"""The Beam job: one folder per job kind and the blocks every kind shares.
 
-Kernels (no Beam pipeline code): lc0_format, gzip_chunks, chunk_index,
-index_summary, keyed_hash, chunk_sampling, job_plan, chunk_loading,
-shard_writer, manifest, spill, output_contract, label_sampling,
-event_sources, label_partition. Transforms: index_transforms. I/O helper:
-atomic_io (Beam FileSystems).
+Layers (pyproject.toml's [tool.importlinter]; a layer imports only those below it):
+  lc0/ | events/ | tokens/      the job kinds, independent of each other; each has the same files for the same
+                                roles: kind.py (the JobKind: config checks, hooks), plan.py (the launcher's plan),
+                                graph.py (the job's PTransforms), shards.py (the ShardFormat), report.py (summary,
+                                charts), and modules named after the stages they serve
+  common/ : output/ : job.py    shared blocks (common: I/O, discovery, hashing, spill, sampling helpers; output:
+                                the output's lifecycle; job.py: the JobKind contract)
+Below them: the reader (shardmill.native_ext) and shardmill.core; above them: the commands (shardmill.pipelines).
 """

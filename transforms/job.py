@@ -27,10 +27,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, TypedDict
 
-
-class ConfigError(ValueError):
-    """An invalid job configuration; the message names the file and/or field. Raised by the commands'
-    config checks and by a kind's own (validate, plan), so it sits here, below both."""
+from shardmill.core.errors import ConfigError
 
 
 class _RequiredOutputs(TypedDict):

@@ -11,7 +11,8 @@ import argparse
 import dataclasses
 from typing import Callable
 
-EXIT_OK, EXIT_ERROR_BUDGET, EXIT_BAD_INVOCATION, EXIT_FAILED, EXIT_COMMITTED_WITH_ERROR = 0, 1, 2, 3, 4
+from shardmill.core.errors import (  # noqa: F401  (the commands' exit codes: core/errors.py defines them once)
+    EXIT_BAD_INVOCATION, EXIT_COMMITTED_WITH_ERROR, EXIT_ERROR_BUDGET, EXIT_FAILED, EXIT_OK)
 
 
 @dataclasses.dataclass(frozen=True)

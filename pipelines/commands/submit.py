@@ -35,6 +35,7 @@ import subprocess
 import sys
 import sysconfig
 
+from shardmill.core.errors import EXIT_BAD_INVOCATION, ShardmillError
 from shardmill.pipelines.commands import Command
 from shardmill.pipelines.commands.run import add_job_arguments, job_argv
 
@@ -44,8 +45,10 @@ DEFAULT_WORKER_POOL = "localhost:50000"
 HOST_PORT = re.compile(r"^[^:/\s]+:\d+$")
 
 
-class SubmitError(ValueError):
-    """An argument that makes the submission impossible (exit 2, nothing built or sent)."""
+class SubmitError(ShardmillError, ValueError):
+    """An argument that makes the submission impossible (nothing built or sent)."""
+
+    exit_code = EXIT_BAD_INVOCATION
 
 
 def add_parser(subparsers, common: argparse.ArgumentParser) -> argparse.ArgumentParser:

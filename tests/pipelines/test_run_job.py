@@ -251,7 +251,7 @@ def one_position_job(lc0_dataset, tmp_path):
 def test_a_failure_after_the_commit_point_says_the_generation_was_committed(lc0_dataset, tmp_path, capsys,
                                                                               monkeypatch):
     from shardmill.transforms.output import claim as claim_module
-    from shardmill.transforms.output.contract import MANIFEST_NAME
+    from shardmill.core.output_contract import MANIFEST_NAME
 
     config, out = one_position_job(lc0_dataset, tmp_path)
     released = claim_module.OutputClaim.release
@@ -296,10 +296,10 @@ def test_a_commit_that_fails_removing_the_previous_files_shows_the_summary_and_e
 @pytest.mark.slow
 def test_a_summary_that_cannot_be_rendered_fails_the_run_before_the_commit(lc0_dataset, tmp_path, capsys,
                                                                            monkeypatch):
-    from shardmill.transforms.lc0 import summary
+    from shardmill.transforms.lc0 import report
 
     config, out = one_position_job(lc0_dataset, tmp_path)
-    monkeypatch.setattr(summary, "render_summary", lambda manifest: manifest["no such field"])
+    monkeypatch.setattr(report, "render_summary", lambda manifest: manifest["no such field"])
     assert cli.main(["run", "--config", str(config), "--output", str(out)]) == 3
     assert "KeyError" in capsys.readouterr().err
     assert not os.path.exists(out / ".manifest.json") and [p for p in os.listdir(out) if not p.startswith(".")] == []

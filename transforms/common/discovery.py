@@ -41,6 +41,7 @@ from typing import Iterator
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
 
+from shardmill.core.errors import InputError
 from shardmill.transforms.common.dead_letter import DeadLetter
 from shardmill.transforms.common.filesystem import check_stores_reachable, is_local, normalize
 
@@ -345,10 +346,6 @@ class DiscoverFiles(beam.PTransform):
             | "SkipStats" >> beam.MapTuple(_skip_stats)
         )
         return {"batches": batches, ERRORS: listed[ERRORS], SOURCE_STATS: skipped}
-
-
-class InputError(ValueError):
-    """An input argument that names nothing usable."""
 
 
 def expand_inputs(inputs: list[str], suffixes: tuple[str, ...]) -> list[str]:

@@ -20,6 +20,8 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from shardmill.core.errors import EXIT_FAILED, ShardmillError
+
 
 def _temp_name(path: str) -> str:
     directory, name = path.rsplit("/", 1) if "/" in path else ("", path)
@@ -172,8 +174,10 @@ PROBE_ATTEMPTS = 2
 PROBE_DEADLINE_SECONDS = 12
 
 
-class StoreUnreachable(OSError):
+class StoreUnreachable(ShardmillError, OSError):
     """An object store named by an input or the output does not answer, or answers that it will not serve."""
+
+    exit_code = EXIT_FAILED
 
 
 def check_stores_reachable(paths: list[str]) -> None:

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
+from shardmill.core.errors import EXIT_BAD_INVOCATION, ShardmillError
+
 CHUNK_BYTES = 8 << 20  # inflated bytes per step
 _READ_BYTES = 1 << 20  # compressed bytes read per step
 
@@ -32,8 +34,10 @@ _HEAD_BYTES = max(len(magic) for magic, *_ in _MAGICS)
 _ZSTD_SKIPPABLE = re.compile(rb"[\x50-\x5f]\x2a\x4d\x18")
 
 
-class InflateError(ValueError):
+class InflateError(ShardmillError, ValueError):
     """The stream can't be inflated past `consumed` compressed bytes (0: not from its first byte)."""
+
+    exit_code = EXIT_BAD_INVOCATION
 
     def __init__(self, message: str, consumed: int):
         super().__init__(message)

@@ -6,14 +6,17 @@ from __future__ import annotations
 import logging
 import math
 
+from shardmill.core.errors import EXIT_BAD_INVOCATION, ConfigError, ShardmillError
 from shardmill.transforms.events.formats import EVENT_SUFFIXES, arrow_type
-from shardmill.transforms.job import ConfigError, JobKind
+from shardmill.transforms.job import JobKind
 
 _LOG = logging.getLogger(__name__)
 
 
-class NoTargetsError(ValueError):
+class NoTargetsError(ShardmillError, ValueError):
     """An EXACT run whose input holds no target: it would keep ratio x 0 non-targets, an empty output."""
+
+    exit_code = EXIT_BAD_INVOCATION
 
 
 class LabelsKind(JobKind):

@@ -12,6 +12,7 @@ import math
 
 import pyarrow as pa
 
+from shardmill.core.errors import ConfigError
 from shardmill.proto import shardmill_config_pb2 as config_pb2
 from shardmill.transforms.common.discovery import list_input
 from shardmill.transforms.common.filesystem import default_opener
@@ -20,7 +21,6 @@ from shardmill.transforms.events.formats import (ASSUMED_INFLATION, EVENT_SUFFIX
 from shardmill.transforms.events.inflate import MEASURE_INPUT_BYTES, inflation_of_head
 from shardmill.transforms.events.partitions import EventRange, common_root, relative_name
 from shardmill.transforms.events.readers import HIVE_NULL, column_names, hive_values, read_events, scan_events
-from shardmill.transforms.job import ConfigError
 from shardmill.transforms.output.shard_count import ShardSizing, shard_count
 
 _LOG = logging.getLogger(__name__)

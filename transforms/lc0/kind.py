@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 
-from shardmill.transforms.job import ConfigError, JobKind
+from shardmill.core.errors import ConfigError
+from shardmill.transforms.job import JobKind
 from shardmill.transforms.lc0.record_format import LC0_INPUT_SUFFIXES
 
 

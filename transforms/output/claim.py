@@ -38,8 +38,9 @@ import time
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from shardmill.core.errors import EXIT_BAD_INVOCATION, EXIT_FAILED, ShardmillError
 from shardmill.transforms.common.filesystem import is_local
-from shardmill.transforms.output.contract import CLAIM_NAME, CLAIMS_DIR_NAME, FORMAT2_CLAIM_NAME
+from shardmill.core.output_contract import CLAIM_NAME, CLAIMS_DIR_NAME, FORMAT2_CLAIM_NAME
 
 _LOG = logging.getLogger(__name__)
 
@@ -47,12 +48,16 @@ HEARTBEAT_SECONDS = 30.0
 STALE_AFTER_SECONDS = 300.0
 
 
-class ClaimHeldError(RuntimeError):
-    """Another run holds the output directory."""
+class ClaimHeldError(ShardmillError, RuntimeError):
+    """Another run holds the output directory (refused before any work)."""
+
+    exit_code = EXIT_BAD_INVOCATION
 
 
-class ClaimLostError(RuntimeError):
+class ClaimLostError(ShardmillError, RuntimeError):
     """This run's claim was broken or replaced while it ran."""
+
+    exit_code = EXIT_FAILED
 
 
 def _process_start(pid: int) -> str | None:

@@ -39,28 +39,35 @@ import shutil
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from shardmill.core.errors import EXIT_BAD_INVOCATION, EXIT_COMMITTED_WITH_ERROR, EXIT_FAILED, ShardmillError
 from shardmill.transforms.common.filesystem import is_local, normalize, write_bytes_atomically
-from shardmill.transforms.output.contract import (CLAIM_NAME, CLAIMS_DIR_NAME, ERRORS_NAME, FORMAT1_ERRORS_NAME,
-                                                  FORMAT1_MANIFEST_NAME, FORMAT2_CLAIM_NAME, FORMAT2_REJECTED_DIR_NAME,
-                                                  FORMAT2_STAGING_PREFIX, GENERATION_DIR_RE, MANIFEST_NAME,
-                                                  MANIFEST_NAMES, REJECTED_DIR_NAME, REPORT_MANIFEST_NAME,
-                                                  SHARD_NAME_RE, STAGING_PREFIX, generation_dir_name,
-                                                  generation_manifest_path, shard_name)
+from shardmill.core.output_contract import (CLAIM_NAME, CLAIMS_DIR_NAME, ERRORS_NAME, FORMAT1_ERRORS_NAME,
+                                            FORMAT1_MANIFEST_NAME, FORMAT2_CLAIM_NAME, FORMAT2_REJECTED_DIR_NAME,
+                                            FORMAT2_STAGING_PREFIX, GENERATION_DIR_RE, MANIFEST_NAME,
+                                            MANIFEST_NAMES, REJECTED_DIR_NAME, REPORT_MANIFEST_NAME,
+                                            SHARD_NAME_RE, STAGING_PREFIX, generation_dir_name,
+                                            generation_manifest_path, shard_name)
 
 _LOG = logging.getLogger(__name__)
 LEGACY_SPILL_DIR_NAME = ".shardmill-tmp"
 
 
-class OutputPathError(ValueError):
+class OutputPathError(ShardmillError, ValueError):
     """An output path that cannot hold an output (a file, inside an input, ...)."""
 
+    exit_code = EXIT_BAD_INVOCATION
 
-class RunCancelled(RuntimeError):
+
+class RunCancelled(ShardmillError, RuntimeError):
     """The run this work belongs to was discarded."""
 
+    exit_code = EXIT_FAILED
 
-class OutputExistsError(ValueError):
+
+class OutputExistsError(ShardmillError, ValueError):
     """The output directory already holds a committed output and overwrite was not asked for."""
+
+    exit_code = EXIT_BAD_INVOCATION
 
 
 @dataclasses.dataclass(frozen=True)
@@ -314,8 +321,10 @@ def _move(base: str, sources: list[str], destinations: list[str]) -> None:
     FileSystems.rename([f"{base}/{s}" for s in sources], [f"{base}/{d}" for d in destinations])
 
 
-class CommittedWithError(RuntimeError):
+class CommittedWithError(ShardmillError, RuntimeError):
     """The new generation is the output (its manifest is in place); a step after the commit point failed."""
+
+    exit_code = EXIT_COMMITTED_WITH_ERROR
 
     def __init__(self, output_dir: str, generation: int, cause: BaseException):
         super().__init__(f"generation {generation} was committed to {output_dir}; after the commit point: "

@@ -11,12 +11,16 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from shardmill.core.errors import EXIT_BAD_INVOCATION, ShardmillError
+
 MAX_SHARDS = 100_000
 MAX_SHARD_BYTES = 8 << 30
 
 
-class PlanError(ValueError):
+class PlanError(ShardmillError, ValueError):
     """A plan that could not run in bounded memory (refused before anything is loaded)."""
+
+    exit_code = EXIT_BAD_INVOCATION
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from shardmill.transforms.job import ConfigError, JobKind
+from shardmill.core.errors import ConfigError
+from shardmill.transforms.job import JobKind
 
 
 class TokensKind(JobKind):

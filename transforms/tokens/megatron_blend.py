@@ -32,12 +32,16 @@ import re
 
 import numpy as np
 
+from shardmill.core.errors import EXIT_BAD_INVOCATION, ShardmillError
+
 SPLITS = ("train", "valid", "test")
 MID_LEVEL_DATASET_SURPLUS = 0.005
 
 
-class SplitError(ValueError):
+class SplitError(ShardmillError, ValueError):
     """A split string or a split choice Megatron would refuse."""
+
+    exit_code = EXIT_BAD_INVOCATION
 
 
 def normalize(weights: list[float]) -> list[float]:
@@ -120,7 +124,7 @@ def weighted_corpus_samples(weights: list[float], size: int, surplus: float = MI
 
 def plan_weighted_blend(weights: list[float], size: int, surplus: float = MID_LEVEL_DATASET_SURPLUS) -> BlendPlan:
     """Megatron's BlendedDataset of `size` requested samples over corpora of these (client) weights."""
-    from shardmill.native_ext.kernels import build_blending_indices
+    from shardmill.core.kernels import build_blending_indices
 
     normalized, buffered = weighted_corpus_samples(weights, size, surplus)
     blended = sum(sizes_per_dataset(normalized, size))
@@ -135,7 +139,7 @@ def plan_unweighted_blend(corpus_lengths: list[int], size: int | None) -> BlendP
 
     A size gives min(size, their sum) samples blended by the normalised lengths; no size gives every
     sample of every corpus once (exhaustive blending)."""
-    from shardmill.native_ext.kernels import build_blending_indices, build_exhaustive_blending_indices
+    from shardmill.core.kernels import build_blending_indices, build_exhaustive_blending_indices
 
     _check_weights([float(n) for n in corpus_lengths])
     if size is None:

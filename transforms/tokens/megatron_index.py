@@ -21,6 +21,8 @@ import math
 
 import numpy as np
 
+from shardmill.core.errors import EXIT_BAD_INVOCATION, ShardmillError
+
 MAGIC = b"MMIDIDX\x00\x00"
 HEADER_BYTES = len(MAGIC) + 8 + 1 + 8 + 8
 DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64, 7: np.float32,
@@ -28,8 +30,10 @@ DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.
 SEPARATE_FINAL_EPOCH_THRESHOLD = 0.80  # Megatron's threshold
 
 
-class IndexedDatasetError(ValueError):
+class IndexedDatasetError(ShardmillError, ValueError):
     """A malformed `.idx`/`.bin` pair; the message names the file."""
+
+    exit_code = EXIT_BAD_INVOCATION
 
 
 @dataclasses.dataclass

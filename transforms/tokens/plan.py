@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from shardmill.transforms.common.discovery import InputError
+from shardmill.core.errors import InputError
 from shardmill.transforms.common.filesystem import file_size, read_all
 from shardmill.transforms.common.keyed_hash import STREAM_KEEP, hash_words, unit_float
 from shardmill.transforms.common.sampling import acceptance_probability
