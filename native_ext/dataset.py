@@ -267,6 +267,8 @@ def open_dataset(path: str, verify_checksums: bool = False, columns=None,
     columns: names to be read; each must exist once in every shard, with one
     type (checked from the footers, before any read).
     DEFAULT_COLUMNS: the output's default_columns, checked the same way.
+    A function of the checked manifest: the names it returns (a reader of one kind of output refuses another
+    there, OutputError, before any shard is read).
     None: no columns are checked.
     remote: bounds on the calls that reach a remote dataset.
     generation: that generation of the output (the newest, or an older one the output keeps: its manifest in
@@ -285,6 +287,8 @@ def open_dataset(path: str, verify_checksums: bool = False, columns=None,
         if manifest.get("generation") != generation:
             raise _fail(manifest_path, f"generation {manifest.get('generation')!r}, expected {generation}")
     check_manifest(manifest, manifest_path)
+    if callable(columns):
+        columns = columns(manifest)
     columns = columns if columns in (None, DEFAULT_COLUMNS) else list(columns)
 
     def check_shard(numbered: tuple[int, dict]) -> tuple[str, str, pa.Schema, set[str]]:

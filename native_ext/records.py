@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 import functools
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -50,7 +50,8 @@ class RecordSource:
     """Records of a shardmill output by index: `source[i]` one record as a dict of numpy values (None for a
     null), `source.take(indices)` several as one array per column.
 
-    columns: None: the output's own (ShardReader's defaults).
+    columns: None: the output's own (ShardReader's defaults); a function of the checked manifest: the columns it
+      returns (it may refuse an output of another kind: OutputError).
     cached_row_groups: decoded row groups kept (least recently used goes first).
     read_options: ShardReader's ReadOptions: verify_checksums, remote and cache (a local copy of each shard read,
       shared with every reader of the host) apply; num_threads and prefetch_windows do not (records are read in
@@ -58,14 +59,15 @@ class RecordSource:
     Thread-safe; picklable (the cache and open files are not pickled).
     """
 
-    def __init__(self, path: str, columns: Sequence[str] | None = None, cached_row_groups: int = 8, *,
-                 read_options: ReadOptions = ReadOptions()):
+    def __init__(self, path: str, columns: Sequence[str] | Callable[[dict], Sequence[str]] | None = None,
+                 cached_row_groups: int = 8, *, read_options: ReadOptions = ReadOptions()):
         if cached_row_groups < 1:
             raise ValueError(f"cached_row_groups must be >= 1, got {cached_row_groups}")
         read = checked_reader_options(read_options=read_options)["read_options"]
         # The untrusted-output checks; columns None: the output's own (ShardReader's defaults).
         dataset = open_dataset(path, read.verify_checksums,
-                               columns=DEFAULT_COLUMNS if columns is None else list(columns), remote=read.remote)
+                               columns=DEFAULT_COLUMNS if columns is None else columns if callable(columns) else list(columns),
+                               remote=read.remote)
         self.path = path
         self.manifest = dataset.manifest
         self.columns = dataset.columns
@@ -103,7 +105,13 @@ class RecordSource:
         column (rows of a fixed-size binary column; a column with nulls as a masked array). Row groups are
         fetched at most `cached_row_groups` at a time, so a batch spread over many holds no more than that."""
         keys = np.array([self._check(i) for i in indices], dtype=np.int64)
+        if not len(keys):
+            return {name: np.empty(0) for name in self.columns}
         groups = self._row_groups.group_of(keys)
+        first = int(groups[0])
+        if (groups == first).all():  # one row group (a single record; most of a sequential batch): no regrouping
+            [decoded] = self._row_groups.fetch([first])
+            return self._rows(decoded, keys - self._starts[first])
         unique = np.unique(groups)
         parts = {name: [] for name in self.columns}
         where = []  # the positions in `indices` each part's rows go to
@@ -111,19 +119,21 @@ class RecordSource:
             fetched = unique[start:start + self._cached_row_groups].tolist()
             for group, decoded in zip(fetched, self._row_groups.fetch(fetched)):
                 positions = np.flatnonzero(groups == group)
-                rows = keys[positions] - self._starts[group]
                 where.append(positions)
-                for name, (values, nulls) in decoded.items():
-                    taken = values[rows]
-                    parts[name].append(taken if nulls is None else np.ma.MaskedArray(taken, nulls[rows]))
-        if not where:
-            return {name: np.empty(0) for name in self.columns}
+                for name, values in self._rows(decoded, keys[positions] - self._starts[group]).items():
+                    parts[name].append(values)
         order = np.argsort(np.concatenate(where), kind="stable")
         out = {}
         for name, pieces in parts.items():
-            joined = np.ma.concatenate(pieces) if any(np.ma.isMaskedArray(p) for p in pieces) else np.concatenate(pieces)
-            out[name] = joined[order]
+            masked = any(np.ma.isMaskedArray(p) for p in pieces)
+            out[name] = (np.ma.concatenate(pieces) if masked else np.concatenate(pieces))[order]
         return out
+
+    @staticmethod
+    def _rows(decoded: dict, rows: np.ndarray) -> dict:
+        """A decoded row group's rows `rows`, per column (masked where a column has nulls)."""
+        return {name: values[rows] if nulls is None else np.ma.MaskedArray(values[rows], nulls[rows])
+                for name, (values, nulls) in decoded.items()}
 
     def cache_stats(self) -> dict | None:
         """With read_options.cache: this process's shard cache counts (as ShardReader.cache_stats()); None
