@@ -63,7 +63,7 @@ def _no_output(output_dir: str):
 
 
 def _check_store_reachable(output_dir: str) -> None:
-    """A run's bounded probe (README, object storage) of an S3 output before the reader's calls, which a store
+    """A run's bounded probe (docs/operations.md, object storage) of an S3 output before the reader's calls, which a store
     that does not answer holds for tens of seconds each; without Beam (a reader-only install) the reader's bounds
     stand."""
     try:

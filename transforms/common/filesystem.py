@@ -167,7 +167,7 @@ def share_s3_clients() -> None:
 # closed port was still waiting after 180 s), on top of botocore's 60 s timeouts and 5 attempts per call. So
 # each bucket is asked once, with short timeouts and two attempts (a silent store: 2 x 4 s), and the wait
 # for all of them together ends at PROBE_DEADLINE_SECONDS whatever stalls: name resolution, credentials,
-# connecting, backoff. The README's object-storage section states the bound.
+# connecting, backoff. docs/operations.md (object storage) states the bound.
 PROBE_CONNECT_SECONDS = 3
 PROBE_READ_SECONDS = 4
 PROBE_ATTEMPTS = 2

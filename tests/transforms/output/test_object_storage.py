@@ -159,7 +159,7 @@ def test_sigkill_at_random_moments_of_an_s3_overwrite_leaves_exactly_the_old_or_
     assert content(out) == contents[1] and leftovers(out) == []
 
 
-# The README's bound on failing against a store that does not answer: the probe's 12 s deadline plus the
+# docs/operations.md's bound on failing against a store that does not answer: the probe's 12 s deadline plus the
 # command's start (importing Beam: a few seconds on a busy machine).
 UNREACHABLE_STORE_SECONDS = 30
 
