@@ -71,7 +71,8 @@ def test_sections_start_at_the_job_config_then_follow_its_fields_depth_first():
     page = config_reference.render(config_reference.read_schema())
     assert _headings(page) == [
         "JobConfig", "OutputConfig", "Lc0Config", "IndexConfig", "CountMethod", "ShufflingChunkPoolConfig",
-        "LabelSamplingConfig", "LabelSamplingMode", "TokenDatasetConfig", "TokenCorpus", "TokenSplit"]
+        "LabelSamplingConfig", "LabelSamplingMode", "TokenDatasetConfig", "TokenCorpus", "TokenSplit",
+        "MegatronCache"]
 
 
 def test_every_link_names_a_section():

@@ -19,6 +19,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from shardmill.core.kernels import copy_runs
+from shardmill.core.output_contract import generation_dir_name
 from shardmill.transforms.common.filesystem import file_size, is_local, read_all, write_bytes_atomically
 from shardmill.transforms.common.progress import ProgressLog, record_total
 from shardmill.transforms.common.spill import write_spill
@@ -26,6 +27,7 @@ from shardmill.transforms.job import JobOutputs
 from shardmill.transforms.output.lifecycle import RunPaths
 from shardmill.transforms.tokens.megatron_index import (GPTIndices, IndexedDataset, parse_index, sample_byte_runs,
                                                         sample_tokens)
+from shardmill.transforms.tokens.megatron_cache import CACHE_DIR_NAME, write_cache
 from shardmill.transforms.tokens.plan import INDICES_NAME, TokenPlan
 
 GATHER_TOKENS = 1 << 22  # tokens per batch of runs copied from a `.bin`
@@ -131,8 +133,16 @@ def staged_indices_path(paths: RunPaths) -> str:
 
 def stage_indices(plan: TokenPlan, paths: RunPaths) -> None:
     """The launcher's indices into the run's staging, where the workers load them (in the graph they were
-    pickled and compressed about ten times over: GBs for a large split)."""
+    pickled and compressed about ten times over: GBs for a large split); Megatron's cache of them beside,
+    when asked for (committed with the output, like every file of the generation)."""
     write_bytes_atomically(staged_indices_path(paths), plan.indices_npz)
+    if plan.megatron_cache:
+        write_cache(plan.megatron_cache, plan.indices_npz, f"{paths.metadata_dir}/{CACHE_DIR_NAME}")
+
+
+def megatron_cache_directory(paths: RunPaths) -> str:
+    """Where the committed output keeps Megatron's cache, relative to the output directory."""
+    return f"{generation_dir_name(paths.generation)}/{CACHE_DIR_NAME}"
 
 
 class TokenJob(beam.PTransform):
@@ -159,7 +169,12 @@ class TokenJob(beam.PTransform):
                                             list(plan.tokens_per_epoch), plan.dtype, plan.pad_token, self._paths,
                                             ProgressLog(self._paths.progress_dir))
         )
+        outputs = {}
+        if plan.megatron_cache:
+            outputs["stats"] = pbegin | "MegatronCache" >> beam.Create(
+                [{"megatron_cache_directory": megatron_cache_directory(self._paths)}])
         return JobOutputs(
+            **outputs,
             shard_refs=refs,
             num_shards=pbegin | "NumShards" >> beam.Create([len(plan.tasks)]),
             record=pbegin | "Record" >> beam.Create([{

@@ -54,13 +54,33 @@ class TokensKind(JobKind):
                 raise ConfigError(f"token_dataset.split: {err}") from None
             if bookends[tokens.use_split] is None:
                 raise ConfigError(f"token_dataset.use_split: the {split_name(tokens.use_split)} split of "
-                                  f"{tokens.split!r} is empty")
+                                  f"{tokens.split!r} is empty: it has a share of 0, so Megatron builds no dataset "
+                                  "for it and there are no samples to write")
+        if tokens.HasField("megatron_cache"):
+            self._validate_megatron_cache(tokens)
         if tokens.seq_length < 2:
             raise ConfigError(f"token_dataset.seq_length: must be >= 2, got {tokens.seq_length}")
         if tokens.HasField("hanse_sampling_threshold") and tokens.hanse_sampling_threshold < 1:
             raise ConfigError("token_dataset.hanse_sampling_threshold: must be >= 1 when set")
         if not (math.isfinite(tokens.hanse_sampling_gamma) and tokens.hanse_sampling_gamma >= 0):
             raise ConfigError("token_dataset.hanse_sampling_gamma: must be finite and >= 0")
+
+    @staticmethod
+    def _validate_megatron_cache(tokens) -> None:
+        from shardmill.transforms.tokens.megatron_cache import check_data_paths, parse_tokenizer
+
+        parse_tokenizer(tokens.megatron_cache.tokenizer)
+        if tokens.blend:
+            prefixes = [c.path_prefix for c in tokens.blend]
+            fields = [f"blend[{k}].path_prefix" for k in range(len(prefixes))]
+        else:
+            prefixes, fields = [tokens.path_prefix], ["path_prefix"]
+        check_data_paths(list(tokens.megatron_cache.data_path), prefixes, fields)
+        if tokens.HasField("hanse_sampling_threshold"):
+            # Megatron's name for the cache would claim every document of the split: another run of the same
+            # configuration (without this cache) would build different indices under that name.
+            raise ConfigError("token_dataset.megatron_cache: Megatron builds no threshold-gamma sampling, and its "
+                              "cache name does not cover it; unset hanse_sampling_threshold to write its cache")
 
     def plan(self, config, inputs, local_run=True):
         from shardmill.transforms.tokens.plan import plan_tokens

@@ -24,9 +24,11 @@ from shardmill.transforms.common.filesystem import file_size, read_all
 from shardmill.transforms.common.keyed_hash import STREAM_KEEP, hash_words, unit_float
 from shardmill.transforms.common.sampling import acceptance_probability
 from shardmill.transforms.output.shard_count import ShardSizing, shard_count
-from shardmill.transforms.tokens.megatron_blend import (normalize, parse_split, plan_unweighted_blend,
+from shardmill.transforms.tokens.megatron_blend import (SPLITS, normalize, parse_split, plan_unweighted_blend,
                                                         plan_weighted_blend, sizes_per_dataset, split_matrix,
                                                         split_range, weighted_corpus_samples)
+from shardmill.transforms.tokens.megatron_cache import (CACHE_DIR_NAME, CacheFile, cache_files, gpt_identifiers,
+                                                        parse_tokenizer)
 from shardmill.transforms.tokens.megatron_index import (DTYPES, HEADER_BYTES, SAMPLE_INDEX_STEP, GPTIndices,
                                                         IndexedDataset, build_gpt_indices, num_epochs_for,
                                                         parse_index, sample_index_dtype, shuffle_index_dtype)
@@ -58,6 +60,7 @@ class TokenPlan:
     pad_token: int | None  # fills the partial sample, when one is served
     stats: dict
     build_seconds: float
+    megatron_cache: tuple[CacheFile, ...] = ()  # Megatron's cache files of the split (megatron_cache.py)
 
 
 def read_dataset(idx_path: str, bin_path: str) -> IndexedDataset:
@@ -263,6 +266,8 @@ def plan_tokens(config) -> TokenPlan:
         blend = plan_unweighted_blend(lengths, requested)
     if blend is not None:
         _check_blend_fits(blend, corpora)
+    megatron_cache = _megatron_cache_files(config, seed, corpora, corpus_samples, blend,
+                                           weighted=weights is not None, requested=requested)
     build_seconds = time.perf_counter() - build_start
 
     arrays = {}
@@ -282,8 +287,10 @@ def plan_tokens(config) -> TokenPlan:
     padded = not drop_last and _has_partial_sample(corpora, cfg.seq_length, cfg.add_extra_token, blend)
     dtype = sample_dtype([d.dtype for d in datasets], cfg.pad_token if padded else None)
     width = (cfg.seq_length + int(cfg.add_extra_token)) * dtype.itemsize
-    num_shards = shard_count(total * width, ShardSizing.of(config.output), WRITE_LESS)
-    bounds = np.linspace(0, total, num_shards + 1).astype(np.int64)
+    cache_only = cfg.HasField("megatron_cache") and cfg.megatron_cache.cache_only
+    num_shards = 1 if cache_only else shard_count(total * width, ShardSizing.of(config.output), WRITE_LESS)
+    # Cache only: one empty shard, so the output stays one that inspect and the reader open (>= 1 shard).
+    bounds = np.zeros(2, np.int64) if cache_only else np.linspace(0, total, num_shards + 1).astype(np.int64)
     tasks = [(s, int(bounds[s]), int(bounds[s + 1])) for s in range(num_shards)]
     tokens_per_epoch = [c.tokens_per_epoch for c in corpora]
     split = split_name(cfg.use_split).lower()
@@ -299,10 +306,40 @@ def plan_tokens(config) -> TokenPlan:
                  "samples_per_corpus": samples_per_corpus(blend.dataset_index, len(corpora)).tolist()}
     stats.update({"split": None if per_split else cfg.split, "use_split": split, "indices_file": INDICES_NAME,
                   "drop_last_partial_sequence": drop_last, "pad_token": cfg.pad_token if padded else None})
+    if megatron_cache:
+        # The directory (in the generation's metadata directory) is named by the graph, which knows the generation.
+        stats["megatron_cache"] = {"directory": CACHE_DIR_NAME, "data_path": list(cfg.megatron_cache.data_path),
+                                   "cache_only": cache_only, "files": [f.name for f in megatron_cache]}
     return TokenPlan(prefixes=tuple(prefixes), blended=blended, seq_length=cfg.seq_length,
                      add_extra_token=cfg.add_extra_token, split=split, dtype=dtype.str, row_bytes=width,
                      indices_npz=indices_npz, tasks=tuple(tasks), tokens_per_epoch=tuple(tokens_per_epoch),
-                     pad_token=cfg.pad_token if padded else None, stats=stats, build_seconds=build_seconds)
+                     pad_token=cfg.pad_token if padded else None, stats=stats, build_seconds=build_seconds,
+                     megatron_cache=megatron_cache)
+
+
+def _megatron_cache_files(config, seed: int, corpora: list[_Corpus], corpus_samples: list[int | None], blend,
+                          weighted: bool, requested: int | None) -> tuple[CacheFile, ...]:
+    """Megatron's cache files of the split's datasets (none without token_dataset.megatron_cache): the
+    identifiers Megatron's builder gives them for the same request (megatron_cache.py)."""
+    cfg = config.token_dataset
+    if not cfg.HasField("megatron_cache"):
+        return ()
+    tokenizer = parse_tokenizer(cfg.megatron_cache.tokenizer)
+    per_split = not cfg.HasField("split")
+    matrix = None if per_split else [None if b is None else list(b) for b in split_matrix(parse_split(cfg.split))]
+    split = SPLITS[cfg.use_split]
+    identifiers = [gpt_identifiers(data_path, samples, split, seed, cfg.seq_length, None if per_split else cfg.split,
+                                   matrix, tokenizer)
+                   for data_path, samples in zip(cfg.megatron_cache.data_path, corpus_samples)]
+    if blend is None:
+        return cache_files(identifiers, None)
+    if weighted:  # BlendedDataset normalises the builder's normalised weights again
+        described = {"weights": normalize(blend.weights), "size": blend.size}
+    elif requested is not None:
+        described = {"weights": blend.weights, "size": blend.size}
+    else:  # the exhaustive blend keeps its GPTDatasets' lengths as weights
+        described = {"weights": [len(c.indices.shuffle_index) for c in corpora], "size": None}
+    return cache_files(identifiers, described)
 
 
 def _blend_size(blended: bool, corpus_samples: list[int | None], weights, requested: int | None,
@@ -323,7 +360,7 @@ def _no_tokens(prefix: str, cfg, num_sequences: int, begin: int, end: int, kept:
     if begin == end:
         of = f" of {cfg.split!r}" if cfg.HasField("split") else ""
         return (f"{prefix}: {split}{of} is empty here: its share of the corpus's {num_sequences:,} sequences "
-                f"rounds to none")
+                f"rounds to none, and Megatron never finishes building samples of no tokens (each epoch adds none)")
     sequences = f"sequences {begin:,}..{end - 1:,} of {num_sequences:,}"
     if not kept:
         return (f"{prefix}: token_dataset.hanse_sampling_threshold {cfg.hanse_sampling_threshold} (gamma "

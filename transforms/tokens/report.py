@@ -48,6 +48,11 @@ def render_summary(manifest: dict) -> str:
                          + _corpus_line(corpus))
     else:
         lines = [f"{head}: " + _corpus_line(stats)]
+    cache = stats.get("megatron_cache")
+    if cache:
+        only = "; cache only: no samples written" if cache["cache_only"] else ""
+        lines.append(f"megatron cache: {cache['directory']} ({len(cache['files'])} files; copy them to the "
+                     f"training job's --data-cache-path{only})")
     lines += [
         rows_reason(stats),
         f"index built in {timings['index_build_seconds']:.2f} s",

@@ -22,7 +22,11 @@ class TokenShardFormat(ShardFormat):
         return record["row_bytes"]
 
     def finish_stats(self, parts, shards, dead_letters):
-        return {"token_dataset": self._stats,
+        stats = self._stats
+        directories = [p["megatron_cache_directory"] for p in parts if "megatron_cache_directory" in p]
+        if directories:  # the graph names it: only it knows the generation
+            stats = {**stats, "megatron_cache": {**stats["megatron_cache"], "directory": directories[0]}}
+        return {"token_dataset": stats,
                 "accounting": {"records_written": sum(s["rows"] for s in shards),
                                "errors_by_reason": {}, "error_fraction": 0.0},
                 "timings": {"index_build_seconds": round(self._index_build_seconds, 3)}}
