@@ -12,6 +12,7 @@ shard cache (ReadOptions.cache) is opened at its verified cached copy.
 from __future__ import annotations
 
 import collections
+import os
 import threading
 import weakref
 from typing import Callable, Sequence
@@ -61,6 +62,7 @@ class RowGroups:
         self._init_runtime()
 
     def _init_runtime(self) -> None:
+        self._pid = os.getpid()
         self._lock = threading.Lock()
         self._cache: collections.OrderedDict[int, object] = collections.OrderedDict()
         self._local = threading.local()
@@ -85,6 +87,12 @@ class RowGroups:
         """The row group of each record index."""
         return np.searchsorted(self.starts, records, side="right") - 1
 
+    def _after_fork(self) -> None:
+        """A process forked from one that used this (a DataLoader worker) starts afresh: the lock may have been
+        held by another thread at the fork, and the open files and their readers are the parent's."""
+        if self._pid != os.getpid():
+            self._init_runtime()
+
     def _file(self, shard: int) -> pq.ParquetFile:
         files = getattr(self._local, "files", None)
         if files is None:
@@ -105,6 +113,7 @@ class RowGroups:
     def fetch(self, groups: Sequence[int]) -> list:
         """The decoded row groups `groups` (each decoded once while it stays cached); the least recently used
         others beyond the cache's size are dropped, never one of these."""
+        self._after_fork()
         out = {}
         with self._lock:
             for group in groups:
@@ -156,6 +165,7 @@ class LocalCopies:
         self._init_runtime()
 
     def _init_runtime(self) -> None:
+        self._pid = os.getpid()
         self._lock = threading.Lock()
         self._native = None
         self._recent: collections.OrderedDict[int, None] = collections.OrderedDict()
@@ -183,6 +193,8 @@ class LocalCopies:
         return self._native
 
     def __call__(self, shard: int) -> str:
+        if self._pid != os.getpid():  # forked (a DataLoader worker): its own cache client, as a pickled copy has
+            self._init_runtime()
         with self._lock:
             native = self._client()
             self._recent[shard] = None
@@ -196,6 +208,8 @@ class LocalCopies:
 
     def stats(self) -> dict:
         """The cache's counts in this process (as ShardReader.cache_stats())."""
+        if self._pid != os.getpid():
+            self._init_runtime()
         with self._lock:
             return self._client().stats()
 

@@ -70,3 +70,27 @@ def test_a_threads_open_shards_go_with_the_thread_and_close_closes_the_others(ou
     assert len(groups._open) == 1  # this thread's; the ended thread's files were released with it
     groups.close()
     assert [len(files) for files in groups._open.values()] == [0]
+
+
+def test_a_forked_worker_reads_afresh_even_if_the_parent_held_the_cache_lock_at_the_fork(output):
+    """A DataLoader worker forked while another thread of the parent held the cache's lock: it must neither
+    wait for that thread (which does not exist in the child) nor read through the parent's open files."""
+    import multiprocessing
+
+    groups = row_groups(output, 2, decode=ids_of)
+    groups.fetch([0])  # the parent has opened a shard and cached a row group
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+
+    def child():
+        results.put(groups.fetch([4, 0]))
+
+    with groups._lock:  # as a parent thread in the middle of a fetch when the worker is forked
+        worker = context.Process(target=child)
+        worker.start()
+    worker.join(30)
+    alive = worker.is_alive()
+    if alive:
+        worker.kill()
+    assert not alive, "the forked worker waited for a lock held by a thread it does not have"
+    assert results.get(timeout=5) == [list(range(100, 130)), list(range(0, 30))]
