@@ -125,13 +125,16 @@ def versus(figures: Mapping[str, Sequence[float]], baseline: str, name: str, rat
 
 @dataclass(frozen=True)
 class ChildRun:
-    """A finished child process: exit code, wall seconds, peak resident memory, its output."""
+    """A finished child process: exit code, wall seconds, peak resident memory, its output, and its CPU seconds
+    (user + system, from wait4 too: its own and those of every descendant it waited for, which the kernel adds
+    in at each wait — unlike the peak, a sum)."""
 
     returncode: int
     seconds: float
     peak_rss_bytes: int
     stdout: str
     stderr: str
+    cpu_seconds: float = 0.0
 
     @property
     def peak_rss_mib(self) -> float:
@@ -159,7 +162,8 @@ if limit:
 pid = os.posix_spawnp(command[0], command, os.environ)
 _, status, usage = os.wait4(pid, 0)
 with open(report, "w") as f:
-    json.dump({"returncode": os.waitstatus_to_exitcode(status), "peak_rss_bytes": usage.ru_maxrss * 1024}, f)
+    json.dump({"returncode": os.waitstatus_to_exitcode(status), "peak_rss_bytes": usage.ru_maxrss * 1024,
+               "cpu_seconds": usage.ru_utime + usage.ru_stime}, f)
 """
 
 
@@ -190,7 +194,8 @@ def run_child(command: Sequence[str], *, env: Mapping[str, str] | None = None, c
         out.seek(0)
         err.seek(0)
         return ChildRun(reported.get("returncode", launcher.returncode), seconds, reported.get("peak_rss_bytes", 0),
-                        out.read().decode(errors="replace"), err.read().decode(errors="replace"))
+                        out.read().decode(errors="replace"), err.read().decode(errors="replace"),
+                        reported.get("cpu_seconds", 0.0))
 
 
 def last_json_line(text: str) -> Any:

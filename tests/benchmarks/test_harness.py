@@ -34,6 +34,14 @@ def test_a_childs_peak_includes_the_worker_processes_it_waited_for():
 
 
 @pytest.mark.slow
+def test_a_childs_cpu_includes_the_worker_processes_it_waited_for():
+    spin = "import sys, time; end = time.process_time() + float(sys.argv[1])\nwhile time.process_time() < end: pass"
+    worker = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {spin!r}, sys.argv[1]], check=True)"
+    run = run_child(python_child(worker, 0.6), timeout=60).check("worker")
+    assert 0.6 <= run.cpu_seconds < 5, run.cpu_seconds  # the worker's 0.6 s, counted once
+
+
+@pytest.mark.slow
 def test_a_child_over_its_timeout_is_killed_and_its_output_kept():
     run = run_child([sys.executable, "-c", "print('started', flush=True); import time; time.sleep(60)"], timeout=2)
     assert run.returncode == -9 and run.seconds < 30 and run.stdout == "started\n"
