@@ -8,6 +8,10 @@ shardmill may be a copy of another checkout, so this lays the wheel's layout out
 checkout's parts in a temporary directory, puts it first on the path and runs lint-imports there. The config
 schema's module is generated at build time (CMake runs protoc), so it stands in as an empty module: it
 imports nothing of shardmill. Exits with lint-imports' status; its report goes to stdout.
+
+The contracts name the job kinds one by one (import-linter has no "every subpackage" layer), so first every
+folder of transforms/ holding a kind.py must be named in each contract that lists kinds: a fourth kind added
+without them would otherwise import another kind unchecked.
 """
 
 import argparse
@@ -44,10 +48,38 @@ def lay_out_package(source: Path, into: Path) -> None:
             stand_in.write_text("")
 
 
+KIND_CONTRACTS = ("layers", "kinds-independent")
+
+
+def unlisted_kinds(source: Path) -> list[str]:
+    """One line per job kind folder (transforms/<kind>/kind.py) that a contract listing kinds leaves out."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: import-linter's own dependency
+        import tomli as tomllib
+
+    contracts = {c["id"]: c for c in tomllib.loads((source / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]}
+    problems = []
+    for kind_file in sorted((source / "transforms").glob("*/kind.py")):
+        module = f"shardmill.transforms.{kind_file.parent.name}"
+        for contract_id in KIND_CONTRACTS:
+            contract = contracts[contract_id]
+            named = " ".join([*contract.get("layers", []), *contract.get("modules", [])]).replace("|", " ").split()
+            if module not in named:
+                problems.append(f"{kind_file.parent.relative_to(source)} is a job kind (it has kind.py), but "
+                                f"pyproject.toml's import contract {contract_id!r} does not name {module}: add it "
+                                "beside the other kinds")
+    return problems
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", type=Path, default=Path(__file__).resolve().parent.parent)
     source = parser.parse_args().source.resolve()
+    problems = unlisted_kinds(source)
+    if problems:
+        print("\n".join(problems))
+        return 1
     lint_imports = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or "lint-imports"
     with tempfile.TemporaryDirectory(prefix="shardmill-imports-") as tree:
         lay_out_package(source, Path(tree))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import sys
 import zlib
 
 import numpy as np
@@ -38,7 +39,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20, help="passes over the chunks per timing")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    chunks = [open(p, "rb").read() for p in sorted(glob.glob(os.path.join(SHARED_FIXTURES, "lc0", "frames_v6_[0-9]*")))]
+    pattern = os.path.join(SHARED_FIXTURES, "lc0", "frames_v6_[0-9]*")
+    if not glob.glob(pattern):
+        sys.exit(f"bench_inflate needs the shared fixtures' lc0 chunks ({pattern}): a checkout with ../shared beside it")
+    chunks = [open(p, "rb").read() for p in sorted(glob.glob(pattern))]
     sizes = [int.from_bytes(c[-4:], "little") for c in chunks]
     counts = [s // RECORD for s in sizes]
     outs = [np.empty((n, RECORD), np.uint8) for n in counts]

@@ -108,7 +108,11 @@ def _report_failure(command: Command, args: argparse.Namespace, err: BaseExcepti
         print(f"shardmill {command.name}: error: the job needs Apache Beam and protobuf, which are not "
               f"installed ({err}): pip install 'shardmill[job]'", file=sys.stderr)
         return EXIT_BAD_INVOCATION
+    if isinstance(err, BrokenPipeError) and _stdout_closed():
+        return EXIT_OK  # the reader of our output stopped reading (`inspect | head`): not a failure of ours
     code = _exit_code(err)
+    if args.verbose and not signals:
+        logging.getLogger("shardmill").error("shardmill %s failed", command.name, exc_info=err)
     if not signals and code == EXIT_BAD_INVOCATION:
         print(f"shardmill {command.name}: error: {err}", file=sys.stderr)
         return EXIT_BAD_INVOCATION
@@ -116,12 +120,30 @@ def _report_failure(command: Command, args: argparse.Namespace, err: BaseExcepti
     if signals:
         print(f"shardmill {command.name}: interrupted ({signals[0]}){note}", file=sys.stderr)
         return EXIT_FAILED
-    if args.verbose:
-        logging.getLogger("shardmill").exception("shardmill %s failed", command.name)
     from shardmill.pipelines.run_job import one_line
 
-    print(f"shardmill {command.name}: failed: {one_line(err)}{note} (-v shows the traceback)", file=sys.stderr)
+    hint = "" if args.verbose else " (-v shows the traceback)"
+    print(f"shardmill {command.name}: failed: {one_line(err)}{note}{hint}", file=sys.stderr)
     return code
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout's reader has gone (a pipe's write end then polls as an error); if so, stdout is pointed at
+    /dev/null so that the interpreter's own flush at exit does not fail on it again."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+        poll = select.poll()
+        poll.register(fd, select.POLLOUT)
+        if not any(events & select.POLLERR for _, events in poll.poll(0)):
+            return False
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+        return True
+    except (OSError, ValueError):  # no file descriptor behind stdout
+        return False
 
 
 def entry() -> None:

@@ -1,7 +1,8 @@
 """The job kinds: one registry line each. `run`, `--dry-run`, `count`, `inspect` and help all use it.
 
 A kind is a folder under transforms/ whose `kind.py` holds its JobKind
-(transforms/job.py: the contract). A new kind is one folder and one line here.
+(transforms/job.py: the contract). A new kind is one folder, one line here, its config message in the proto's
+`job` oneof and its name in pyproject.toml's import contracts (ARCHITECTURE.md, "The job contract").
 """
 
 from __future__ import annotations

@@ -52,3 +52,18 @@ def test_a_shared_block_importing_the_commands_breaks_the_layers(tmp_path):
     assert "commands -> job kinds -> shared job blocks -> reader -> core BROKEN" in report
     assert "shardmill.transforms.common.spill -> shardmill.pipelines.cli" in report
     assert "no import cycles between the modules of a package BROKEN" in report  # transforms <-> pipelines
+
+
+@pytest.mark.slow
+def test_a_new_job_kind_left_out_of_the_contracts_fails_the_check(tmp_path):
+    """The contracts name the kinds one by one: a fourth kind's folder that they do not name would import
+    another kind unchecked, so the check refuses it, saying what to add."""
+    source = _copy_of_the_source_tree(tmp_path)
+    os.makedirs(os.path.join(source, "transforms", "images"))
+    for name in ("__init__.py", "kind.py"):
+        Path(source, "transforms", "images", name).write_text("import shardmill.transforms.lc0.kind  # noqa: F401\n")
+    done = _lint(source)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert ("transforms/images is a job kind (it has kind.py), but pyproject.toml's import contract 'layers' does "
+            "not name shardmill.transforms.images") in done.stdout
+    assert "contract 'kinds-independent' does not name shardmill.transforms.images" in done.stdout

@@ -104,8 +104,10 @@ class JobKind:
         return manifest["record_format"]
 
     def check_outcome(self, config, manifest: dict) -> None:
-        """On the launcher after the pipeline, before the commit: a ValueError refuses to commit what the input
-        turned out to make, found only by reading it (exit 2, nothing committed); warnings go to the log."""
+        """On the launcher after the pipeline, before the commit: a ShardmillError (core/errors.py) refuses to
+        commit what the input turned out to make, found only by reading it, and the command exits with its code
+        (e.g. InputError, exit 2; nothing committed); warnings go to the log. Any other exception is a defect
+        (exit 3)."""
 
     def render_summary(self, manifest: dict) -> str:
         """The run's summary lines (printed after `run` and by `inspect`): the kind's report.render_summary."""

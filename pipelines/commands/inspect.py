@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 from shardmill.pipelines.commands import EXIT_OK, Command
 
@@ -75,9 +76,13 @@ def _check_store_reachable(output_dir: str) -> None:
 
 def execute(args: argparse.Namespace, beam_args: list[str]) -> int:
     from shardmill.native_ext import load_manifest  # checks every shard against the manifest too
-    from shardmill.native_ext.dataset import OutputError
+    from shardmill.core.errors import OutputError, UsageError
     from shardmill.pipelines.jobs import job_kind_of_manifest
 
+    if args.plot:  # refused before anything is printed, not after the summary
+        folder = os.path.dirname(os.path.abspath(args.plot))
+        if not os.path.isdir(folder):
+            raise UsageError(f"--plot {args.plot}: no such directory {folder}")
     if args.output_dir.startswith("s3://") and "?" not in args.output_dir:  # a query names the reader's own store
         _check_store_reachable(args.output_dir)
     try:

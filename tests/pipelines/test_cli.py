@@ -180,3 +180,41 @@ def test_inspect_points_at_the_report_of_a_rejected_run(job, capsys):
     assert cli.main(["inspect", out]) == 0  # the committed output, and a word on the rejected run after it
     assert (f"the last run was rejected (over max_error_fraction) and committed nothing; its report is in "
             f"{out}/.rejected/manifest.json and {out}/.rejected/errors.jsonl") in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_inspect_into_a_pipe_closed_early_ends_quietly_with_exit_0(job):
+    """`shardmill inspect OUT | head -1`: the reader going away is not a failed command."""
+    import subprocess
+
+    from tests.support.cli import shardmill_command
+
+    config, out = job
+    assert cli.main(["-q", "run", "--config", config, "--output", out]) == 0
+    for extra in ([], ["--json"]):
+        inspect = subprocess.Popen(shardmill_command("inspect", out, *extra), stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE)
+        inspect.stdout.readline()
+        inspect.stdout.close()  # as `head -1` exits after its line
+        code, err = inspect.wait(timeout=120), inspect.stderr.read()
+        assert code == 0 and b"failed" not in err, err
+
+
+@pytest.mark.slow
+def test_a_plot_into_a_missing_directory_is_refused_before_the_summary(job, tmp_path, capsys):
+    config, out = job
+    assert cli.main(["-q", "run", "--config", config, "--output", out]) == 0
+    capsys.readouterr()
+    missing = tmp_path / "no" / "such"
+    assert cli.main(["inspect", out, "--plot", str(missing / "charts.png")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == f"shardmill inspect: error: --plot {missing / 'charts.png'}: no such directory {missing}\n"
+
+
+def test_verbose_shows_the_traceback_of_a_refused_invocation_too(tmp_path, capsys):
+    config = tmp_path / "bad.textproto"
+    config.write_text("seed: -1\n")
+    assert cli.main(["-v", "run", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "shardmill run: error:" in err
