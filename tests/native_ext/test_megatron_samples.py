@@ -47,6 +47,7 @@ def rows_in_stream_order(path: str, **kwargs) -> dict:
                                                                                               np.ndarray)}
 
 
+@pytest.mark.slow
 def test_token_samples_are_served_as_arrays_of_their_dtype_with_the_outputs_columns(outputs):
     with ShardReader(outputs["single_valid_keeps_partial"], batch_size=8) as reader:
         batch = next(reader)

@@ -90,6 +90,7 @@ with ShardReader(path, batch_size=64, columns=["id"], num_epochs=1, shard_option
 """
 
 
+@pytest.mark.slow
 def test_two_processes_sharing_a_cache_download_each_shard_once(cached_output, proxy, tmp_path):
     _, remote, manifest = cached_output
     directory = str(tmp_path / "shared")

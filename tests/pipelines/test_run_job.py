@@ -81,6 +81,7 @@ def test_every_output_frame_is_the_planned_record_of_its_chunk(sampled_run):
     assert len(seen) == manifest["stats"]["accounting"]["records_written"]  # no record twice
 
 
+@pytest.mark.slow
 def test_records_written_are_uses_times_position_count_and_accounting_balances(sampled_run):
     out, manifest, truth = sampled_run
     acc = manifest["stats"]["accounting"]

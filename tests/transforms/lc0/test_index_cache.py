@@ -193,6 +193,7 @@ def test_runs_sharing_one_cache_at_once_agree_and_leave_it_whole(corpus, tmp_pat
     assert len(entries(cache)) == len(archives(corpus))
 
 
+@pytest.mark.slow
 def test_the_count_cli_reads_what_run_indexed(corpus, tmp_path, capsys):
     from shardmill.pipelines import cli
 

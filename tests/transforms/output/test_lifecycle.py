@@ -586,6 +586,7 @@ def test_a_commit_cut_short_after_the_new_format_manifest_shows_the_new_output(t
     assert sorted(os.listdir(out)) == [".manifest.json", "g000002-shard-00000-of-00001.parquet"]
 
 
+@pytest.mark.slow
 def test_the_manifest_has_the_same_fields_for_every_job_kind(outputs, tmp_path):
     _, _, base = outputs
     manifest = load_manifest(str(base / "ref1"))

@@ -99,6 +99,7 @@ def test_of_runs_claiming_one_s3_output_at_once_exactly_one_wins(s3_server, kind
         assert lifecycle._relative_tree(out) == []  # the winner released, the others withdrew
 
 
+@pytest.mark.slow
 def test_a_run_is_refused_while_another_holds_the_s3_output_and_a_stale_claim_breaks_only_when_asked(
         s3_server, kinds):
     out = f"s3://{BUCKET}/claimed"
