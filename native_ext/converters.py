@@ -118,6 +118,11 @@ class MegatronSamples:
             raise ValueError("MegatronSamples converts Megatron token samples; this output holds "
                              f"{manifest.get('record_format', 'lc0')}")
         record = manifest["record"]
+        dtype = np.dtype(record.get("dtype", "int64"))
+        limits = np.iinfo(dtype) if dtype.kind in "iu" else None
+        if limits is not None and not limits.min <= self.eod_token <= limits.max:
+            raise ValueError(f"MegatronSamples.eod_token {self.eod_token} is outside the output's {dtype} tokens "
+                             f"({limits.min}..{limits.max}): no token could end a document")
         pad = self.pad_token
         if pad is None:
             pad = record.get("pad_token")

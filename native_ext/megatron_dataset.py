@@ -72,6 +72,11 @@ class MegatronDataset:
             if kind != TOKEN_RECORD_FORMAT:
                 raise OutputError(f"{path}: MegatronDataset reads token outputs (record_format {TOKEN_RECORD_FORMAT},"
                                   f" written by a token_dataset run); this output holds {kind} records")
+            cache = ((manifest.get("stats") or {}).get("token_dataset") or {}).get("megatron_cache") or {}
+            if cache.get("cache_only"):
+                raise OutputError(f"{path}: holds no samples: it was written with megatron_cache.cache_only, for "
+                                  f"Megatron to load its index cache ({cache.get('directory')} of the committed "
+                                  "generation) and build samples itself; run without cache_only for samples")
             # A blend's items carry their corpus (BlendedDataset's dataset_id).
             return ["tokens", "corpus"] if manifest["record"].get("blended") else ["tokens"]
 

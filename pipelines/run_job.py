@@ -117,6 +117,11 @@ def build_graph(p: beam.Pipeline, config: JobConfig, plan, paths: RunPaths, loca
     )
 
 
+# Config sections whose strings name no place the job reads: Megatron's cache takes the training job's data
+# paths only as text to hash (an s3:// one there is never read, so never probed).
+NOT_PLACES_READ = frozenset({"MegatronCache"})
+
+
 def config_strings(message) -> list[str]:
     """Every string a config sets, in nested sections too: the places its inputs, output, corpora and index
     cache name, for the reachability probe, which takes the object-store paths among them."""
@@ -126,6 +131,8 @@ def config_strings(message) -> list[str]:
             items = [i for key in value for i in (key, value[key])]  # a map: its keys and values
         else:
             items = value if field.is_repeated else [value]
+        if field.message_type is not None and field.message_type.name in NOT_PLACES_READ:
+            continue
         for item in items:
             if isinstance(item, str):
                 strings.append(item)

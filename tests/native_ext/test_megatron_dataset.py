@@ -272,3 +272,29 @@ def test_an_output_of_another_kind_is_refused_in_one_line(tmp_path):
         MegatronDataset(str(tmp_path), EOD)
     assert str(refused.value) == (f"{tmp_path}: MegatronDataset reads token outputs (record_format "
                                   "megatron_gpt_samples, written by a token_dataset run); this output holds lc0 records")
+
+
+@pytest.mark.slow
+@needs_fixture
+def test_a_cache_only_output_is_refused_saying_it_holds_no_samples(tmp_path):
+    from tests.support.paths import SHARED_FIXTURES
+
+    corpus = os.path.join(SHARED_FIXTURES, "megatron", "meg-gpt2-openwebtext_text_document")
+    config = tmp_path / "cache_only.pbtxt"
+    config.write_text(f'seed: 1 token_dataset {{ path_prefix: "{corpus}" seq_length: 64 megatron_cache {{ '
+                      'data_path: "/data/megatron/meg-gpt2-openwebtext_text_document" '
+                      'tokenizer: "{\\"class\\": \\"T\\"}" cache_only: true } } '
+                      f'output {{ path: "{tmp_path / "out"}" }}')
+    assert cli.main(["run", "--config", str(config)]) == 0
+    with pytest.raises(OutputError) as refused:
+        MegatronDataset(str(tmp_path / "out"), EOD)
+    assert str(refused.value).startswith(f"{tmp_path / 'out'}: holds no samples: it was written with "
+                                         "megatron_cache.cache_only, for Megatron to load its index cache")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("eod", [2 ** 70, -1])
+def test_an_end_of_document_token_no_token_of_the_output_can_be_is_refused(train_outputs, eod):
+    dtype = load_manifest(train_outputs["single_corpus"])["record"]["dtype"]
+    with pytest.raises(ValueError, match=f"MegatronSamples.eod_token {eod} is outside the output's {dtype} tokens"):
+        MegatronDataset(train_outputs["single_corpus"], eod)

@@ -76,6 +76,13 @@ class TokensKind(JobKind):
         else:
             prefixes, fields = [tokens.path_prefix], ["path_prefix"]
         check_data_paths(list(tokens.megatron_cache.data_path), prefixes, fields)
+        for field, default in (("add_extra_token", True), ("drop_last_partial_validation_sequence", True)):
+            if getattr(tokens, field) != default:
+                # Megatron's training always builds with these true, and its cache name does not cover them: a
+                # cache built otherwise would be loaded under the name of the indices training expects.
+                raise ConfigError(f"token_dataset.{field}: false changes Megatron's sample index, but Megatron's "
+                                  "cache name does not cover it and its training always builds with true: leave it "
+                                  "at true to write megatron_cache")
         if tokens.HasField("hanse_sampling_threshold"):
             # Megatron's name for the cache would claim every document of the split: another run of the same
             # configuration (without this cache) would build different indices under that name.

@@ -21,6 +21,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import math
 import zipfile
 
 from shardmill.core.errors import ConfigError
@@ -46,8 +47,29 @@ def parse_tokenizer(text: str) -> dict:
     if not text:
         raise ConfigError(f"{_FIELD}.tokenizer: required: the tokenizer's unique_identifiers as Megatron writes "
                           "them in a cache's description.txt (a JSON object)")
+    def no_repeated_keys(pairs):
+        keys = [key for key, _ in pairs]
+        repeated = sorted({key for key in keys if keys.count(key) > 1})
+        if repeated:
+            raise ConfigError(f"{_FIELD}.tokenizer: the key(s) {', '.join(map(json.dumps, repeated))} appear more "
+                              "than once: Megatron's identity has each once (its hash would take the last)")
+        return dict(pairs)
+
+    def no_constant(name):
+        raise ConfigError(f"{_FIELD}.tokenizer: {name} is not JSON a tokenizer's identity can hold (Megatron writes "
+                          "its values as strings)")
+
+    def finite(text_value):
+        value = float(text_value)
+        if not math.isfinite(value):
+            no_constant(text_value)
+        return value
+
     try:
-        identity = json.loads(text)
+        identity = json.loads(text, object_pairs_hook=no_repeated_keys, parse_constant=no_constant,
+                              parse_float=finite)
+    except ConfigError:
+        raise
     except ValueError as err:
         raise ConfigError(f"{_FIELD}.tokenizer: not JSON ({err}): give the tokenizer's unique_identifiers as a "
                           "JSON object text") from None
@@ -74,6 +96,9 @@ def check_data_paths(data_paths: list[str], prefixes: list[str], corpus_fields: 
                           "corpus(es): give one per corpus, in the job's order, as the training job passes them "
                           "to Megatron")
     for k, (data_path, prefix, field) in enumerate(zip(data_paths, prefixes, corpus_fields)):
+        if data_path.endswith("/"):
+            raise ConfigError(f"{_FIELD}.data_path[{k}]: {data_path!r} ends in '/': a prefix names the files "
+                              "<prefix>.idx and <prefix>.bin, not a folder (Megatron's hash takes it as given)")
         if _last_component(data_path) != _last_component(prefix):
             raise ConfigError(f"{_FIELD}.data_path[{k}]: {data_path!r} names {_last_component(data_path)!r} but "
                               f"the job's {field} {prefix!r} names {_last_component(prefix)!r}: give the "

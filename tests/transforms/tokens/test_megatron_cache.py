@@ -182,6 +182,10 @@ def config_with_cache(cache: str, corpora: str = 'path_prefix: "/x/a"', extra: s
     ('{"tokenizer_path": "GPT2BPETokenizer"}', r'^token_dataset.megatron_cache.tokenizer: no "class"; Megatron'),
     ('{"class": ["a"]}', r'^token_dataset.megatron_cache.tokenizer: "class" \["a"\]; Megatron\'s tokenizer identity '
                          "names its class as a string"),
+    ('{"class": "T", "class": "U"}', r'^token_dataset.megatron_cache.tokenizer: the key\(s\) "class" appear more than '
+                                     "once"),
+    ('{"class": "T", "n": NaN}', r"^token_dataset.megatron_cache.tokenizer: NaN is not JSON a tokenizer's identity "),
+    ('{"class": "T", "n": 1e400}', r"^token_dataset.megatron_cache.tokenizer: 1e400 is not JSON"),
 ])
 def test_a_malformed_tokenizer_identity_is_refused_saying_what_is_wrong(tokenizer, message):
     with pytest.raises(ConfigError, match=message) as err:
@@ -202,6 +206,31 @@ def test_data_paths_that_do_not_match_the_corpora_are_refused_naming_both(corpor
     cache = f"{data_paths} tokenizer: {json.dumps(json.dumps(TOKENIZER))}"
     with pytest.raises(ConfigError, match=message):
         validate(parse_config(config_with_cache(cache, corpora)))
+
+
+def test_a_data_path_ending_in_a_slash_is_refused_as_no_prefix():
+    cache = f'data_path: "/d/a/" tokenizer: {json.dumps(json.dumps(TOKENIZER))}'
+    with pytest.raises(ConfigError, match=r"^token_dataset.megatron_cache.data_path\[0\]: '/d/a/' ends in '/': a "
+                                          "prefix names the files"):
+        validate(parse_config(config_with_cache(cache)))
+
+
+@pytest.mark.parametrize("setting", ["add_extra_token: false", "drop_last_partial_validation_sequence: false"])
+def test_settings_megatrons_training_never_uses_are_refused_with_a_cache(setting):
+    """Megatron's cache name does not cover them and its training always builds with both true: a cache built
+    otherwise would be loaded under the name of the indices training expects."""
+    cache = f'data_path: "/d/a" tokenizer: {json.dumps(json.dumps(TOKENIZER))}'
+    with pytest.raises(ConfigError, match=f"^token_dataset.{setting.split(':')[0]}: false changes Megatron's sample "
+                                          "index, but Megatron's cache name does not cover it"):
+        validate(parse_config(config_with_cache(cache, extra=setting)))
+
+
+def test_an_object_store_data_path_is_hashed_not_probed():
+    from shardmill.pipelines.run_job import config_strings
+
+    cache = f'data_path: "s3://bucket/data/a" tokenizer: {json.dumps(json.dumps(TOKENIZER))}'
+    config = validate(parse_config(config_with_cache(cache)))
+    assert "s3://bucket/data/a" not in config_strings(config)
 
 
 def test_threshold_gamma_with_a_megatron_cache_is_refused():
