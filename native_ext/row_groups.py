@@ -139,10 +139,12 @@ class RowGroups:
 
     def cached(self) -> list[tuple[int, object]]:
         """(row group, decoded) of every cached row group, least recently used first."""
+        self._after_fork()
         with self._lock:
             return list(self._cache.items())
 
     def close(self) -> None:
+        self._after_fork()
         with self._lock:
             for files in list(self._open.values()):
                 for parquet in files.values():
@@ -192,9 +194,13 @@ class LocalCopies:
             self._native = ShardCache(options)
         return self._native
 
-    def __call__(self, shard: int) -> str:
-        if self._pid != os.getpid():  # forked (a DataLoader worker): its own cache client, as a pickled copy has
+    def _after_fork(self) -> None:
+        """A forked process (a DataLoader worker) makes its own lock and cache client, as a pickled copy does."""
+        if self._pid != os.getpid():
             self._init_runtime()
+
+    def __call__(self, shard: int) -> str:
+        self._after_fork()
         with self._lock:
             native = self._client()
             self._recent[shard] = None
@@ -208,8 +214,7 @@ class LocalCopies:
 
     def stats(self) -> dict:
         """The cache's counts in this process (as ShardReader.cache_stats())."""
-        if self._pid != os.getpid():
-            self._init_runtime()
+        self._after_fork()
         with self._lock:
             return self._client().stats()
 
