@@ -71,6 +71,11 @@ def validate(config: JobConfig) -> JobConfig:
         raise ConfigError(f"output.row_group_bytes: must be in 1..2^30, got {out.row_group_bytes}")
     if not 1 <= out.zstd_level <= 22:
         raise ConfigError(f"output.zstd_level: must be in 1..22, got {out.zstd_level}")
+    if out.HasField("zstd_level") and out.codec != config_pb2.ZSTD:
+        raise ConfigError(f"output.zstd_level: applies to codec ZSTD only; codec is "
+                          f"{config_pb2.ShardCodec.Name(out.codec)}")
+    if out.shuffle_memory_bytes > 1 << 50:
+        raise ConfigError(f"output.shuffle_memory_bytes: must be in 0..2^50, got {out.shuffle_memory_bytes}")
     if not 1 <= out.keep_generations <= 100:
         raise ConfigError(f"output.keep_generations: must be in 1..100, got {out.keep_generations}")
     fraction = config.max_error_fraction

@@ -70,7 +70,7 @@ def _headings(page: str) -> list[str]:
 def test_sections_start_at_the_job_config_then_follow_its_fields_depth_first():
     page = config_reference.render(config_reference.read_schema())
     assert _headings(page) == [
-        "JobConfig", "OutputConfig", "Lc0Config", "IndexConfig", "CountMethod", "ShufflingChunkPoolConfig",
+        "JobConfig", "OutputConfig", "ShardCodec", "Lc0Config", "IndexConfig", "CountMethod", "ShufflingChunkPoolConfig",
         "LabelSamplingConfig", "LabelSamplingMode", "TokenDatasetConfig", "TokenCorpus", "TokenSplit",
         "MegatronCache"]
 

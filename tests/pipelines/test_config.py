@@ -61,6 +61,8 @@ def test_missing_config_file_is_a_clear_error(tmp_path):
         ('input: "x" lc0 { chunk_pool { hanse_sampling_gamma: nan } }', "chunk_pool.hanse_sampling_gamma"),
         ('input: "x" lc0 { index { cache_max_age_days: 0 } }', "index.cache_max_age_days"),
         ('input: "x" lc0 { index { cache: "ftp://host/cache" } }', "index.cache"),
+        ('input: "x" output { codec: LZ4_RAW zstd_level: 3 }', "output.zstd_level: applies to codec ZSTD only"),
+        ('input: "x" output { shuffle_memory_bytes: 2000000000000000 }', "output.shuffle_memory_bytes"),
     ],
 )
 def test_invalid_values_are_rejected_naming_the_field(text, field):
@@ -70,3 +72,9 @@ def test_invalid_values_are_rejected_naming_the_field(text, field):
 
 def test_gamma_zero_is_valid():
     validate(parse_config('input: "x" lc0 { chunk_pool { hanse_sampling_threshold: 10 hanse_sampling_gamma: 0 } }'))
+
+
+def test_every_codec_and_a_zero_shuffle_budget_are_valid():
+    for codec in ("ZSTD", "LZ4_RAW", "SNAPPY", "UNCOMPRESSED"):
+        validate(parse_config(f'input: "x" output {{ codec: {codec} shuffle_memory_bytes: 0 }}'))
+    validate(parse_config('input: "x" output { codec: ZSTD zstd_level: 9 }'))
