@@ -30,8 +30,10 @@ from shardmill.pipelines.jobs import job_kind
 from shardmill.pipelines.runner import counter_values, is_local_run, local_runner, make_pipeline
 from shardmill.pipelines.terminal import signals_deferred
 from shardmill.transforms.common.filesystem import check_stores_reachable, is_local, use_pipeline_options
+from shardmill.transforms.common.memory_budget import run_shuffle_memory
 from shardmill.transforms.common.ordered_pool import elements_at_once
 from shardmill.transforms.common.progress import ProgressPrinter
+from shardmill.transforms.common.spill import ShuffleMemory, release_shuffle_memory
 from shardmill.transforms.job import JobKind
 from shardmill.transforms.output import lifecycle
 from shardmill.transforms.output.claim import OutputClaim
@@ -94,6 +96,15 @@ def one_line(err: BaseException) -> str:
         if isinstance(cause, OSError):
             return f"{type(cause).__name__}: {cause}"
     return f"{type(err).__name__}: {lines[0] if lines else ''}"
+
+
+def _release_shuffle_memory(memory: ShuffleMemory) -> None:
+    """Frees what the run's shuffle held in memory once its pipeline ended, and says how the budget went."""
+    figures = release_shuffle_memory(memory)
+    if memory.budget_bytes:
+        _LOG.info("shuffle: %d task(s) kept in memory (peak %.1f MiB of a %.1f MiB budget)%s",
+                  figures["tasks_held"], figures["peak_bytes"] / 2**20, memory.budget_bytes / 2**20,
+                  "" if figures["tasks_spilled"] is None else f", {figures['tasks_spilled']} spilled")
 
 
 def new_run_id() -> str:
@@ -184,7 +195,10 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
             _LOG.warning("%s", note)
         claim.start_heartbeat()
         paths = RunPaths(output_dir, claim.info.run_id, (committed.generation if committed else 0) + 1,
-                         report_progress=local_run and is_local(output_dir) and "://" not in output_dir)
+                         report_progress=local_run and is_local(output_dir) and "://" not in output_dir,
+                         shuffle_memory=run_shuffle_memory(
+                             config.output.shuffle_memory_bytes if config.output.HasField("shuffle_memory_bytes")
+                             else None, claim.info.run_id, options) if local_run else ShuffleMemory())
         try:
             lifecycle.start_staging(paths, claim.info.to_bytes())
         except OSError as err:
@@ -203,6 +217,7 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
         finally:
             if progress:
                 progress.stop()
+            _release_shuffle_memory(paths.shuffle_memory)
         counters = counter_values(pipeline_result)
         manifest = lifecycle.read_prepared_manifest(paths)
         if manifest["stats"]["accounting"]["error_fraction"] > config.max_error_fraction:
@@ -219,6 +234,7 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
                 raise CommittedWithError(paths.base, err.generation, err.__cause__, summary) from err.__cause__
     except BaseException:
         if paths is not None:
+            release_shuffle_memory(paths.shuffle_memory)
             with signals_deferred():
                 lifecycle.discard(paths)
         claim.release()

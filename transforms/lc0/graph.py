@@ -157,7 +157,8 @@ def index_inputs(pipeline, patterns: list[str], count_method: str, expected_vers
 
 
 class _LoadTasksFn(beam.DoFn):
-    """Loads read tasks and spills their per-shard batches, `tasks_at_once` at a time.
+    """Loads read tasks and hands their per-shard batches to the shuffle (in memory within the run's budget,
+    else spilled), `tasks_at_once` at a time.
 
     Spilling (LZ4) is serial within a task: a second task keeps the other
     core busy meanwhile. Emits (shard, spill ref) pairs, the tasks' dead letters and load stats,
@@ -182,8 +183,8 @@ class _LoadTasksFn(beam.DoFn):
         first = task.chunks.slice(0, 1).to_pylist()[0]
         name = f"task-{fingerprint(task.source):016x}-{first['chunk']:08d}-{first['emit_start']:012d}.arrow"
         self._paths.check_live()
-        refs = write_spill(f"{self._paths.spill_dir}/{name}", loaded.batches)
-        loaded.batches = {}  # spilled: the frames need not wait for the bundle thread
+        refs = write_spill(f"{self._paths.spill_dir}/{name}", loaded.batches, self._paths.shuffle_memory)
+        loaded.batches = {}  # held or spilled: the frames need not wait for the bundle thread
         self._progress.record("load", tasks=1, records=loaded.records_written)
         return loaded, refs
 

@@ -41,6 +41,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from shardmill.core.errors import EXIT_BAD_INVOCATION, EXIT_COMMITTED_WITH_ERROR, EXIT_FAILED, ShardmillError
 from shardmill.transforms.common.filesystem import is_local, normalize, write_bytes_atomically
+from shardmill.transforms.common.spill import ShuffleMemory
 from shardmill.core.output_contract import (CLAIM_NAME, CLAIMS_DIR_NAME, ERRORS_NAME, FORMAT1_ERRORS_NAME,
                                             FORMAT1_MANIFEST_NAME, FORMAT2_CLAIM_NAME, FORMAT2_REJECTED_DIR_NAME,
                                             FORMAT2_STAGING_PREFIX, GENERATION_DIR_RE, MANIFEST_NAME,
@@ -78,6 +79,8 @@ class RunPaths:
     run_id: str
     generation: int
     report_progress: bool = False  # local runs: workers append progress counts for the launcher
+    # local runs: where load tasks may keep their batches in memory (common/spill.py); by default they spill
+    shuffle_memory: ShuffleMemory = ShuffleMemory()
 
     @property
     def base(self) -> str:

@@ -1,0 +1,148 @@
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from shardmill.pipelines.config import parse_config, validate
+from shardmill.pipelines.run_job import run_job
+from shardmill.transforms.common import spill
+from shardmill.transforms.common.discovery import expand_inputs
+from shardmill.transforms.common.spill import (MEMORY_REF_PREFIX, ShuffleMemory, held_bytes, read_spilled,
+                                               release_shuffle_memory, remove_orphaned_shared_dirs, write_spill)
+from shardmill.transforms.lc0.kind import LC0_INPUT_SUFFIXES
+from tests.support.cli import run_shardmill
+
+
+def batches_of(sizes, width=64):
+    """One batch per shard: rows of `width` bytes, distinct per shard."""
+    return {shard: pa.record_batch({"frame": pa.array([bytes([shard]) * width] * n, pa.binary(width))})
+            for shard, n in sizes.items()}
+
+
+def test_batches_within_the_budget_stay_in_memory_and_are_freed_as_shards_take_them(tmp_path):
+    memory = ShuffleMemory(budget_bytes=1 << 20, run_key="run-a")
+    try:
+        refs = write_spill(str(tmp_path / "task-1.arrow"), batches_of({0: 10, 2: 5}), memory)
+        assert [shard for shard, _ in refs] == [0, 2]
+        assert all(path.startswith(MEMORY_REF_PREFIX) for _, (path, _) in refs)
+        assert not os.listdir(tmp_path)  # nothing written
+        assert held_bytes("run-a") == 15 * 64
+        assert read_spilled([refs[1][1]])[0].num_rows == 5
+        assert held_bytes("run-a") == 15 * 64  # the task's frame goes with its last batch
+        assert read_spilled([refs[0][1]])[0].num_rows == 10
+        assert held_bytes("run-a") == 0
+    finally:
+        release_shuffle_memory(memory)
+
+
+def test_a_task_past_the_budget_spills_and_reads_back_the_same_batches(tmp_path):
+    memory = ShuffleMemory(budget_bytes=1000, run_key="run-b")
+    try:
+        held = write_spill(str(tmp_path / "task-1.arrow"), batches_of({0: 10}), memory)  # 640 bytes: held
+        spilled = write_spill(str(tmp_path / "task-2.arrow"), batches_of({0: 10, 1: 3}), memory)  # 832 more: spills
+        assert held[0][1][0].startswith(MEMORY_REF_PREFIX)
+        assert [ref for _, ref in spilled] == [(str(tmp_path / "task-2.arrow"), 0), (str(tmp_path / "task-2.arrow"), 1)]
+        batches = read_spilled([ref for _, ref in held + spilled])
+        assert sorted(b.num_rows for b in batches) == [3, 10, 10]
+    finally:
+        figures = release_shuffle_memory(memory)
+    assert (figures["tasks_held"], figures["tasks_spilled"], figures["peak_bytes"]) == (1, 1, 640)
+
+
+def test_releasing_a_run_frees_what_no_shard_took():
+    memory = ShuffleMemory(budget_bytes=1 << 20, run_key="run-c")
+    refs = write_spill("/nonexistent/task.arrow", batches_of({0: 4}), memory)
+    release_shuffle_memory(memory)
+    assert held_bytes("run-c") == 0
+    with pytest.raises(RuntimeError, match="in-memory batches of /nonexistent/task.arrow are gone"):
+        read_spilled([refs[0][1]])
+
+
+def test_a_shared_directory_holds_uncompressed_files_within_the_budget(tmp_path):
+    shared = tmp_path / "shm"
+    shared.mkdir()
+    memory = ShuffleMemory(budget_bytes=4000, run_key="run-d", shared_dir=str(shared))
+    first = write_spill(str(tmp_path / "spill" / "t1.arrow"), batches_of({0: 20}), memory)  # ~1.3 kB file
+    second = write_spill(str(tmp_path / "spill" / "t2.arrow"), batches_of({1: 20}), memory)
+    os.makedirs(tmp_path / "spill", exist_ok=True)
+    third = write_spill(str(tmp_path / "spill" / "t3.arrow"), batches_of({1: 40}), memory)  # past 4000: spilled
+    assert first[0][1] == (str(shared / "t1.arrow"), 0) and second[0][1] == (str(shared / "t2.arrow"), 0)
+    assert third[0][1] == (str(tmp_path / "spill" / "t3.arrow"), 0)
+    assert [b.num_rows for b in read_spilled([r for _, r in first + second + third])] == [20, 20, 40]
+    release_shuffle_memory(memory)
+    assert not shared.exists()
+
+
+@pytest.mark.slow
+def test_a_shared_directory_whose_launcher_was_killed_is_removed_by_the_next_run(tmp_path):
+    # A launcher holding a shared directory dies by SIGKILL (nothing of its own can remove it).
+    script = textwrap.dedent(f"""
+        import os, signal
+        from shardmill.transforms.common.spill import new_shared_dir
+        path = new_shared_dir("killed-run", root={str(tmp_path)!r})
+        open(os.path.join(path, "task.arrow"), "wb").write(b"x" * 1000)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    killed = subprocess.run([sys.executable, "-c", script], timeout=120)
+    assert killed.returncode == -signal.SIGKILL
+    (orphan,) = os.listdir(tmp_path)
+    live = spill.new_shared_dir("live-run", root=str(tmp_path))  # this process's: kept
+    assert os.listdir(tmp_path) == [os.path.basename(live)]
+    assert remove_orphaned_shared_dirs(str(tmp_path)) == []
+    assert orphan.startswith(spill.SHARED_PREFIX)
+
+
+# ---- the job: the same shards whether the shuffle stays in memory or spills ------------------------------------
+
+ALL_POSITIONS = 'input: "{data}"\nseed: 5\nmax_error_fraction: 0.5\noutput {{ num_shards: 3 {budget} }}\n'
+MULTI_PROCESSING = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+
+
+def shard_hashes(out_dir, manifest):
+    def digest(name):
+        with open(os.path.join(out_dir, name), "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    return {s["path"]: (s["sha256"], digest(s["path"])) for s in manifest["shards"]}
+
+
+def run_all_positions(data_dir, out_dir, budget, beam_args=()):
+    config = validate(parse_config(ALL_POSITIONS.format(data=data_dir, budget=budget)))
+    patterns = expand_inputs(list(config.input), LC0_INPUT_SUFFIXES)
+    manifest = run_job(config, patterns, str(out_dir), PipelineOptions(list(beam_args))).manifest
+    return shard_hashes(out_dir, manifest)
+
+
+@pytest.mark.slow
+def test_in_memory_and_spilled_shuffles_write_byte_identical_shards(lc0_dataset, tmp_path, caplog, monkeypatch):
+    directory, _ = lc0_dataset
+    writes = []
+    real_write_ipc = spill._write_ipc
+    monkeypatch.setattr(spill, "_write_ipc", lambda *a: writes.append(a[0]) or real_write_ipc(*a))
+    caplog.set_level("INFO", logger="shardmill.pipelines.run_job")
+    in_memory = run_all_positions(directory, tmp_path / "memory", "")  # the default budget
+    assert writes == [] and "0 spilled" in caplog.text and " 0 task(s) kept" not in caplog.text
+    spilled = run_all_positions(directory, tmp_path / "spilled", "shuffle_memory_bytes: 0")
+    assert writes  # every task spilled
+    assert in_memory == spilled
+    assert all(manifest_sha == file_sha for manifest_sha, file_sha in in_memory.values())
+
+
+@pytest.mark.slow
+def test_worker_processes_share_the_shuffle_through_tmpfs_and_write_the_same_shards(lc0_dataset, tmp_path, caplog):
+    directory, _ = lc0_dataset
+    before = {n for n in os.listdir(spill.SHARED_ROOT) if n.startswith(spill.SHARED_PREFIX)}
+    caplog.set_level("INFO", logger="shardmill.pipelines.run_job")
+    shared = run_all_positions(directory, tmp_path / "shared", "", MULTI_PROCESSING)
+    assert "shuffle:" in caplog.text and " 0 task(s) kept" not in caplog.text
+    spilled = run_all_positions(directory, tmp_path / "spilled", "shuffle_memory_bytes: 0", MULTI_PROCESSING)
+    assert shared == spilled
+    after = {n for n in os.listdir(spill.SHARED_ROOT) if n.startswith(spill.SHARED_PREFIX)}
+    assert after <= before  # the run's shared directory went with it
