@@ -17,7 +17,7 @@ archives of --games games, tests/datagen/lc0.py), each round runs, as child proc
     positions), less any chunk the run's dead letters say failed at load; their number and records must equal
     the run's manifest;
   - write: the committed shards' rows, read back untimed, encoded again by the job's shard encoder
-    (transforms/output/shard_format.encode_shard: zstd at the config's level, the config's row-group bytes,
+    (transforms/output/shard_format.encode_shard: the config's codec and level, its row-group bytes,
     the lc0 shards' Parquet options) and written to a file; the bytes must equal the committed shard's;
   reading the compressed chunks, planning and reading shards back are outside the timed parts;
 - the start-up: the same job on 1 archive of 1 game, its CPU (Python, Beam, the graph, claim and commit).
@@ -53,13 +53,15 @@ RUNNING_MODES = {
     "2_workers": ["--direct_running_mode=multi_processing", "--direct_num_workers=2"],
 }
 CHILD_TIMEOUT_S = 3600
+# The config's output.shuffle_memory_bytes (--shuffle-memory-bytes), where set; unset, the job's default.
+SHUFFLE_MEMORY = ""
 
 
 def write_config(path: str, data_dir: str, pool: str) -> str:
     with open(path, "w") as f:
         f.write(f'input: "{data_dir}"\n'
                 f'lc0 {{ index {{ cache: "none" }} {pool} }}\n'
-                f'output {{ target_shard_bytes: {TARGET_SHARD_BYTES} overwrite: true }}\n'
+                f'output {{ target_shard_bytes: {TARGET_SHARD_BYTES} overwrite: true {SHUFFLE_MEMORY} }}\n'
                 f'max_error_fraction: 1\n')
     return path
 
@@ -141,7 +143,7 @@ def _write_floor(config, output: str, manifest: dict, scratch: str) -> dict:
     import pyarrow.parquet as pq
 
     from shardmill.transforms.lc0.shards import Lc0ShardFormat
-    from shardmill.transforms.output.shard_format import encode_shard
+    from shardmill.transforms.output.shard_format import ShardCompression, encode_shard
 
     shard_format = Lc0ShardFormat()
     cpu = 0.0
@@ -151,7 +153,8 @@ def _write_floor(config, output: str, manifest: dict, scratch: str) -> dict:
         # As WriteShardedOutput sizes row groups: the config's bytes over the format's row bytes.
         row_group_rows = max(1, config.output.row_group_bytes // shard_format.row_bytes(table, manifest["record"]))
         began = time.process_time()
-        data = encode_shard(table, row_group_rows, config.output.zstd_level, **shard_format.parquet_options)
+        data = encode_shard(table, row_group_rows, ShardCompression.of(config.output),
+                            **shard_format.parquet_options)
         with open(scratch, "wb") as f:
             f.write(data)
         cpu += time.process_time() - began
@@ -238,15 +241,20 @@ def main() -> None:
     parser.add_argument("--running-mode", choices=list(RUNNING_MODES), default="in_process",
                         help="the job's: the default runner in process, or 2 worker processes")
     parser.add_argument("--data-root", help="keep generated data here and reuse it across runs")
+    parser.add_argument("--shuffle-memory-bytes", type=int,
+                        help="the job's output.shuffle_memory_bytes (0: every task spills); default: unset")
     parser.add_argument("--floor-of", help=argparse.SUPPRESS)  # the floor's child process: a run's output
     parser.add_argument("--config", help=argparse.SUPPRESS)  # and the config it ran
     args = parser.parse_args()
     if args.floor_of:
         floor_main(args.floor_of, args.config)
         return
+    global SHUFFLE_MEMORY
+    if args.shuffle_memory_bytes is not None:
+        SHUFFLE_MEMORY = f"shuffle_memory_bytes: {args.shuffle_memory_bytes}"
     work = tempfile.mkdtemp(prefix="bench-lc0-floor-")
     report = {"archives": args.archives, "games": args.games, "rounds": args.rounds,
-              "running_mode": args.running_mode, "sizes": {}}
+              "running_mode": args.running_mode, "shuffle_memory_bytes": args.shuffle_memory_bytes, "sizes": {}}
     try:
         startup_dir = os.path.join(work, "startup-data")
         write_dataset(startup_dir, 1, 1, loose_games=0, bad=False, seed=1)

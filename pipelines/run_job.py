@@ -38,6 +38,7 @@ from shardmill.transforms.job import JobKind
 from shardmill.transforms.output import lifecycle
 from shardmill.transforms.output.claim import OutputClaim
 from shardmill.transforms.output.lifecycle import OutputExistsError, RunPaths  # noqa: F401  (re-exported)
+from shardmill.transforms.output.shard_format import ShardCompression
 from shardmill.transforms.output.sharded_output import WriteShardedOutput
 
 _LOG = logging.getLogger(__name__)
@@ -122,7 +123,7 @@ def build_graph(p: beam.Pipeline, config: JobConfig, plan, paths: RunPaths, loca
         | "Job" >> kind.transform(config, plan, paths)
         | "Output" >> WriteShardedOutput(
             paths, kind.shard_format(config, plan), row_group_bytes=config.output.row_group_bytes,
-            zstd_level=config.output.zstd_level, config_text=text_format.MessageToString(config),
+            compression=ShardCompression.of(config.output), config_text=text_format.MessageToString(config),
             seed=config.seed, started_at=started_at, shards_at_once=elements_at_once(local_run),
         )
     )

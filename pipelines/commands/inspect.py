@@ -78,6 +78,7 @@ def execute(args: argparse.Namespace, beam_args: list[str]) -> int:
     from shardmill.native_ext import load_manifest  # checks every shard against the manifest too
     from shardmill.core.errors import OutputError, UsageError
     from shardmill.pipelines.jobs import job_kind_of_manifest
+    from shardmill.transforms.output.manifest import describe_compression
 
     if args.plot:  # refused before anything is printed, not after the summary
         folder = os.path.dirname(os.path.abspath(args.plot))
@@ -98,7 +99,7 @@ def execute(args: argparse.Namespace, beam_args: list[str]) -> int:
         print(json.dumps(manifest["stats"], indent=1))
     else:
         print(f"{args.output_dir}: {manifest['num_shards']} shard(s), {kind.name} job, {kind.describe(manifest)}, "
-              f"seed {manifest['seed']}")
+              f"seed {manifest['seed']}, {describe_compression(manifest)}")
         print(kind.render_summary(manifest))
         report = _rejected_report(args.output_dir)
         if report:  # a later run was rejected (a commit removes the report): the output shown is older

@@ -300,6 +300,7 @@ LAYOUTS = {
     "many-v2-pages-snappy": dict(data_page_version="2.0", data_page_size=100, write_batch_size=10,
                                  compression="snappy", compression_level=None),
     "uncompressed": dict(compression="none", compression_level=None, nullable=False),
+    "lz4-raw": dict(compression="lz4", compression_level=None),  # pyarrow's "lz4" is Parquet's LZ4_RAW
     "dictionary-encoded": dict(use_dictionary=True),
 }
 

@@ -30,7 +30,7 @@ from shardmill.transforms.common.spill import read_spilled
 from shardmill.core.output_contract import ERRORS_NAME, generation_dir_name
 from shardmill.transforms.output.lifecycle import RunPaths, write_prepared_manifest
 from shardmill.transforms.output.manifest import build_manifest
-from shardmill.transforms.output.shard_format import ShardFormat, write_shard_file
+from shardmill.transforms.output.shard_format import ShardCompression, ShardFormat, write_shard_file
 
 _LOG = logging.getLogger(__name__)
 
@@ -44,13 +44,13 @@ class _WriteShardFn(beam.DoFn):
     bundle.
     """
 
-    def __init__(self, paths: RunPaths, shard_format: ShardFormat, row_group_bytes: int, zstd_level: int,
-                 shards_at_once: int):
+    def __init__(self, paths: RunPaths, shard_format: ShardFormat, row_group_bytes: int,
+                 compression: ShardCompression, shards_at_once: int):
         self._paths = paths
         self._progress = ProgressLog(paths.progress_dir)
         self._format = shard_format
         self._row_group_bytes = row_group_bytes
-        self._zstd_level = zstd_level
+        self._compression = compression
         self._pool = OrderedPool(shards_at_once)
 
     def setup(self):
@@ -64,7 +64,7 @@ class _WriteShardFn(beam.DoFn):
         table = self._format.table(read_spilled(refs), record)
         rows = max(1, self._row_group_bytes // self._format.row_bytes(table, record))
         entry = write_shard_file(self._paths.staged_shard(shard, num_shards), self._paths.shard_name(shard, num_shards),
-                                 table, rows, self._zstd_level, **self._format.parquet_options)
+                                 table, rows, self._compression, **self._format.parquet_options)
         _LOG.debug("wrote shard %d of %d: %d rows", shard + 1, num_shards, entry["rows"])
         self._progress.record("write", shards=1, rows=entry["rows"])
         return {"shard": shard, **entry}
@@ -82,8 +82,8 @@ class _WriteShardFn(beam.DoFn):
         self._pool.stop()
 
 
-def _finalize(shards, record, dead_letters, parts, paths: RunPaths, shard_format: ShardFormat, config_text: str,
-              seed: int, started_at: float) -> None:
+def _finalize(shards, record, dead_letters, parts, paths: RunPaths, shard_format: ShardFormat,
+              compression: ShardCompression, config_text: str, seed: int, started_at: float) -> None:
     shards = sorted(shards, key=lambda s: s["shard"])
     paths.check_live()
     write_dead_letters(paths.errors_path, dead_letters)
@@ -91,6 +91,7 @@ def _finalize(shards, record, dead_letters, parts, paths: RunPaths, shard_format
     manifest = build_manifest(
         job_kind=shard_format.job_kind, record=shard_format.manifest_record(record), config_text=config_text, seed=seed,
         generation=paths.generation, schema=shards[0]["schema"] if shards else [], shards=shards,
+        compression=compression.manifest_entry(),
         errors={"path": f"{generation_dir_name(paths.generation)}/{ERRORS_NAME}", "count": len(dead_letters)},
         stats=stats,
         timings={"seconds": round(time.time() - started_at, 3), **stats.pop("timings", {})},
@@ -111,13 +112,14 @@ def _as_list(pcoll):
 class WriteShardedOutput(beam.PTransform):
     """Shuffle (group spill refs by shard) → write each shard → prepare the manifest."""
 
-    def __init__(self, paths: RunPaths, shard_format: ShardFormat, *, row_group_bytes: int, zstd_level: int,
-                 config_text: str, seed: int, started_at: float, shards_at_once: int = 1):
+    def __init__(self, paths: RunPaths, shard_format: ShardFormat, *, row_group_bytes: int,
+                 compression: ShardCompression, config_text: str, seed: int, started_at: float,
+                 shards_at_once: int = 1):
         super().__init__()
         self._paths = paths
         self._format = shard_format
         self._row_group_bytes = row_group_bytes
-        self._zstd_level = zstd_level
+        self._compression = compression
         self._config_text = config_text
         self._seed = seed
         self._started_at = started_at
@@ -136,12 +138,12 @@ class WriteShardedOutput(beam.PTransform):
             | "AsShardPairs" >> beam.Map(lambda kv: kv).with_output_types(typing.Tuple[int, typing.Any])
             | "Shuffle" >> beam.GroupByKey()
             | "Write" >> beam.ParDo(_WriteShardFn(self._paths, self._format, self._row_group_bytes,
-                                                  self._zstd_level, self._shards_at_once), num_shards, record)
+                                                  self._compression, self._shards_at_once), num_shards, record)
         )
         return (
             shards
             | "AllShards" >> beam.combiners.ToList()
             | "Finalize" >> beam.Map(_finalize, record, _as_list(job.get("errors")), _as_list(job.get("stats")),
-                                     self._paths, self._format,
+                                     self._paths, self._format, self._compression,
                                      self._config_text, self._seed, self._started_at)
         )

@@ -30,7 +30,7 @@ class _Writes:
         self.lock = threading.Lock()
         self.another_started = threading.Event()
 
-    def __call__(self, path, name, table, rows, zstd_level, **options):
+    def __call__(self, path, name, table, rows, compression, **options):
         with self.lock:
             self.running += 1
             self.peak = max(self.peak, self.running)
