@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 
 from shardmill.transforms.common.filesystem import write_bytes_atomically
 from shardmill.core.output_contract import SHARD_VERSION_KEY, shardmill_version
+from shardmill.proto import shardmill_config_pb2 as config_pb2
 
 
 # The Parquet codecs a shard may have (the config's ShardCodec, lowercase; the manifest's `compression.codec`),
@@ -43,8 +44,6 @@ class ShardCompression:
     @classmethod
     def of(cls, output_config) -> "ShardCompression":
         """From the config's OutputConfig (its codec, and zstd_level for ZSTD)."""
-        from shardmill.proto import shardmill_config_pb2 as config_pb2
-
         codec = config_pb2.ShardCodec.Name(output_config.codec).lower()
         return cls(codec, output_config.zstd_level if codec == "zstd" else None)
 

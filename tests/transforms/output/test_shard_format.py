@@ -37,6 +37,14 @@ def _parquet_codecs(path) -> set[str]:
     return {c for (c,) in duckdb.sql(f"select distinct compression from parquet_metadata('{path}')").fetchall()}
 
 
+def test_every_config_codec_has_its_parquet_codec():
+    from shardmill.proto import shardmill_config_pb2 as config_pb2
+    from shardmill.transforms.output.shard_format import PYARROW_CODECS
+
+    assert [name.lower() for name in config_pb2.ShardCodec.keys()] == list(PYARROW_CODECS)
+    assert [name for name, _, _ in CODECS] == config_pb2.ShardCodec.keys()
+
+
 @pytest.mark.parametrize("name, entry, parquet_codec", CODECS)
 def test_each_config_codec_is_written_as_its_parquet_codec_and_reads_back(name, entry, parquet_codec, tmp_path):
     compression = ShardCompression.of(parse_config(f"output {{ codec: {name} }}").output)
