@@ -8,13 +8,33 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import gc
+import sys
 
 from shardmill.core.errors import UsageError
+
+
+def import_beam() -> None:
+    """Imports Apache Beam with the cyclic collector paused, then moves what loaded out of its sight (gc.freeze):
+    the ~100,000 objects of Beam's modules live as long as the process, and the collector's passes over them
+    while they loaded were ~0.3 s of a small run's ~3.5 s of CPU (its first pass after a pause without the
+    freeze, 0.14 s)."""
+    if "apache_beam" in sys.modules:
+        return
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        import apache_beam  # noqa: F401
+    finally:
+        gc.freeze()
+        if collecting:
+            gc.enable()
 
 
 def _beam_option_parser() -> argparse.ArgumentParser:
     """Every pipeline option Beam knows, parsed the way Beam parses them. Beam has no public list of its options:
     this is what PipelineOptions itself does with each options class (its private parser and hook)."""
+    import_beam()
     from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
 
     parser = _BeamArgumentParser(allow_abbrev=False)

@@ -70,6 +70,8 @@ def execute(args: argparse.Namespace, beam_args: list[str]) -> int:
     from shardmill.pipelines import beam_options
     from shardmill.pipelines import config as config_lib
     from shardmill.pipelines.jobs import job_kind
+
+    beam_options.import_beam()
     from shardmill.pipelines.runner import is_local_run
 
     config = config_lib.load_config(args.config) if args.config else config_lib.JobConfig()

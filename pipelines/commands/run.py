@@ -95,6 +95,7 @@ def execute(args: argparse.Namespace, beam_args: list[str]) -> int:
 
     config = _config(args)
     kind = job_kind(config)
+    beam_options.import_beam()
     from shardmill.pipelines import run_job as run_lib  # Beam graph code, imported on use
 
     # The ~140,000 objects of the imported modules live as long as the process: out of the cyclic collector's

@@ -154,6 +154,19 @@ def test_the_command_keeps_freed_arrow_pages_before_pyarrow_loads(preset, expect
     assert out.split() == ["False", expected]
 
 
+def test_beam_loads_without_the_cyclic_collector_and_out_of_its_sight():
+    probe = ("import gc\n"
+             "from shardmill.pipelines.beam_options import import_beam\n"
+             "passes = []\n"
+             "gc.callbacks.append(lambda phase, info: passes.append(info) if phase == 'start' else None)\n"
+             "import_beam()\n"
+             "print(len(passes), gc.isenabled(), gc.get_freeze_count())\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    passes, enabled, frozen = out.split()
+    assert (passes, enabled) == ("0", "True")
+    assert int(frozen) > 50_000  # Beam's modules' objects, which the collector's passes no longer walk
+
+
 def test_inspect_of_a_missing_path_says_it_does_not_exist(tmp_path, capsys):
     missing = str(tmp_path / "no-such-output")
     assert cli.main(["inspect", missing]) == 2
