@@ -13,8 +13,10 @@ to 4×. Prints one JSON object.
     python -m benchmarks.bench_job --archives 32 --scales 1 --rounds 3 --workloads sampled,all_positions
 
 Modes: the script, shardmill in process, shardmill with 2 worker processes
-(the default set) and `shardmill_rerun_index_cached` (in process, the
-sources' indexes read from the index cache filled by an untimed first run);
+(the default set), `shardmill_rerun_index_cached` (in process, the
+sources' indexes read from the index cache filled by an untimed first run)
+and `shardmill_in_process_spill` (in process, output.shuffle_memory_bytes 0:
+every load task spilled); --shuffle-memory-bytes N sets the other runs' budget;
 --baseline-python PY adds `baseline_shardmill_in_process`, the shardmill
 installed for PY (an earlier commit's venv) in the same rounds.
 
@@ -43,6 +45,9 @@ WORKLOADS = {
     "all_positions": dict(passes=None, target_shard_bytes=64 << 20),
 }
 MODES = ("single_core_script", "shardmill_in_process", "shardmill_2_workers")
+# Not run unless asked: the in-process run with output.shuffle_memory_bytes 0, every load task spilled (the
+# shuffle as it was before it kept records in memory), for the peak memory and time of both paths.
+SPILL_MODE = "shardmill_in_process_spill"
 # Not run unless asked: the in-process run again over an unchanged corpus, its sources' indexes read from the
 # index cache (filled by one untimed run first), as each cycle over a growing corpus runs.
 CACHED_MODE = "shardmill_rerun_index_cached"
@@ -66,9 +71,10 @@ def records_in(data_dir: str) -> int:
                for n in sorted(os.listdir(data_dir)))
 
 
-def commands(data_dir: str, out_dir: str, workload: dict, baseline_python: str | None = None) -> dict[str, list[str]]:
+def commands(data_dir: str, out_dir: str, workload: dict, baseline_python: str | None = None,
+             shuffle_memory_bytes: int | None = None) -> dict[str, list[str]]:
     """Each mode's command line for one workload (the index cache off, but in CACHED_MODE: every run reads
-    every source)."""
+    every source). shuffle_memory_bytes: the config's output.shuffle_memory_bytes (None: unset, the default)."""
     script = [sys.executable, "-m", "benchmarks.single_core_baseline", data_dir, os.path.join(out_dir, "baseline"), "--target-shard-bytes", str(workload["target_shard_bytes"])]
     if workload["passes"] is None:
         pool = ""
@@ -78,14 +84,17 @@ def commands(data_dir: str, out_dir: str, workload: dict, baseline_python: str |
                 f'hanse_sampling_threshold: {workload["threshold"]} hanse_sampling_gamma: {workload["gamma"]} }}')
         script += ["--passes", str(workload["passes"]), "--threshold", str(workload["threshold"]),
                    "--gamma", str(workload["gamma"]), "--position-count", str(workload["position_count"])]
-    shardmill, cached = ([sys.executable, "-m", "shardmill.pipelines.cli", "run", "--config",
-                          os.path.join(out_dir, f"job-{name}.textproto")] for name in ("uncached", "cached"))
-    for command, cache in ((shardmill, "none"), (cached, os.path.join(out_dir, "index-cache"))):
+    shardmill, cached, spilled = ([sys.executable, "-m", "shardmill.pipelines.cli", "run", "--config",
+                                   os.path.join(out_dir, f"job-{name}.textproto")]
+                                  for name in ("uncached", "cached", "spilled"))
+    budget = "" if shuffle_memory_bytes is None else f"shuffle_memory_bytes: {shuffle_memory_bytes}"
+    for command, cache, memory in ((shardmill, "none", budget), (cached, os.path.join(out_dir, "index-cache"), budget),
+                                   (spilled, "none", "shuffle_memory_bytes: 0")):
         with open(command[-1], "w") as f:
             f.write(
                 f'input: "{data_dir}"\n'
                 f'lc0 {{ index {{ cache: "{cache}" }} {pool} }}\n'
-                f'output {{ target_shard_bytes: {workload["target_shard_bytes"]} overwrite: true }}\n'
+                f'output {{ target_shard_bytes: {workload["target_shard_bytes"]} overwrite: true {memory} }}\n'
                 f'max_error_fraction: 1\n'
             )
     return {
@@ -94,6 +103,7 @@ def commands(data_dir: str, out_dir: str, workload: dict, baseline_python: str |
         "shardmill_2_workers": shardmill + ["--output", os.path.join(out_dir, "mp"),
                                             "--direct_running_mode=multi_processing", "--direct_num_workers=2"],
         CACHED_MODE: cached + ["--output", os.path.join(out_dir, "cached")],
+        SPILL_MODE: spilled + ["--output", os.path.join(out_dir, "spilled")],
         **({BASELINE_MODE: [baseline_python] + shardmill[1:] + ["--output", os.path.join(out_dir, "before")]}
            if baseline_python else {}),
     }
@@ -108,8 +118,10 @@ def main():
     parser.add_argument("--data-root", help="keep generated data here and reuse it across runs")
     parser.add_argument("--workloads", default="shards", help=f"comma-separated, of {', '.join(WORKLOADS)}")
     parser.add_argument("--modes", default=",".join(MODES),
-                        help=f"comma-separated, of {', '.join(MODES + (CACHED_MODE,))}")
+                        help=f"comma-separated, of {', '.join(MODES + (CACHED_MODE, SPILL_MODE))}")
     parser.add_argument("--baseline-python", help=f"adds {BASELINE_MODE}: the shardmill of this interpreter")
+    parser.add_argument("--shuffle-memory-bytes", type=int,
+                        help=f"the runs' output.shuffle_memory_bytes (default: unset; {SPILL_MODE} sets 0)")
     args = parser.parse_args()
     scales = [int(x) for x in args.scales.split(",")]
     modes = args.modes.split(",") + ([BASELINE_MODE] if args.baseline_python else [])
@@ -133,7 +145,8 @@ def run_workload(workload: dict, modes: list[str], scales: list[int], args, work
         if not os.path.isdir(data_dir):
             write_dataset(data_dir, args.archives * scale, args.games, loose_games=0, bad=False, seed=scale)
         records = records_in(data_dir)
-        cmds = {mode: command for mode, command in commands(data_dir, work, workload, args.baseline_python).items()
+        cmds = {mode: command for mode, command in commands(data_dir, work, workload, args.baseline_python,
+                                                            args.shuffle_memory_bytes).items()
                 if mode in modes}
         if CACHED_MODE in cmds:
             shutil.rmtree(os.path.join(work, "index-cache"), ignore_errors=True)

@@ -112,3 +112,11 @@ def run_shuffle_memory(requested_bytes: int | None, run_id: str, options) -> Shu
     except OSError as err:  # no tmpfs to share through: every task spills, as on a cluster
         _LOG.warning("shuffle: no shared memory directory for worker processes (%s); spilling every task", err)
         return ShuffleMemory()
+
+
+
+# What a local lc0 run's peak resident memory adds to the shuffle it holds, measured with 64 MiB shards
+# (benchmarks/RESULTS.md, "lc0 CPU floor"; the run with every task spilled holds none): the interpreter, Beam
+# and the graph, the load tasks in flight (sampling.MAX_TASK_BYTES of frames each), the shards being gathered
+# and encoded, and the allocator's reuse. Larger shards add about twice their size (two are written at once).
+SHUFFLE_WORKING_SET_BYTES = 640 << 20

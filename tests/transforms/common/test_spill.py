@@ -146,3 +146,35 @@ def test_worker_processes_share_the_shuffle_through_tmpfs_and_write_the_same_sha
     assert shared == spilled
     after = {n for n in os.listdir(spill.SHARED_ROOT) if n.startswith(spill.SHARED_PREFIX)}
     assert after <= before  # the run's shared directory went with it
+
+
+@pytest.mark.slow
+def test_a_shuffle_past_a_small_budget_spills_and_peak_memory_stays_within_budget_plus_working_set(tmp_path):
+    from benchmarks.harness import run_child
+    from shardmill.transforms.common.memory_budget import SHUFFLE_WORKING_SET_BYTES
+    from tests.datagen.lc0 import write_dataset
+    from tests.support.cli import shardmill_command
+
+    data = tmp_path / "data"
+    write_dataset(str(data), num_archives=6, games_per_archive=50, loose_games=0, bad=False, seed=3)  # ~310 MB out
+
+    def run(budget):
+        config = tmp_path / f"budget-{budget}.textproto"
+        config.write_text(f'input: "{data}"\nlc0 {{ index {{ cache: "none" }} }}\n'
+                          f'output {{ overwrite: true target_shard_bytes: {64 << 20} {budget} }}\n'
+                          f'max_error_fraction: 1\n')
+        child = run_child(shardmill_command("-v", "run", "--config", config, "--output", tmp_path / "out"),
+                          timeout=600, address_limit_bytes=6 << 30)
+        assert child.returncode == 0, child.stderr[-3000:]
+        lines = [line for line in child.stderr.splitlines() if "shardmill.pipelines.run_job: shuffle:" in line]
+        return child.peak_rss_bytes, "".join(lines)
+
+    budget = 96 << 20
+    small_peak, small = run(f"shuffle_memory_bytes: {budget}")
+    assert "1 task(s) kept in memory" in small and "4 spilled" in small  # 64 MiB tasks: one fits
+    assert small_peak <= budget + SHUFFLE_WORKING_SET_BYTES
+    spilled_peak, _ = run("shuffle_memory_bytes: 0")
+    assert small_peak <= spilled_peak + budget + (32 << 20)  # the budget adds at most itself (and some noise)
+    default_peak, default = run("")
+    assert "5 task(s) kept in memory" in default and "0 spilled" in default
+    assert default_peak > small_peak + (150 << 20)  # the budget is what kept the rest out of memory
