@@ -38,6 +38,25 @@ from shardmill.pipelines.commands import (  # noqa: F401  (the exit codes, re-ex
 MIMALLOC_PURGE_DELAY_MS = "250"
 os.environ.setdefault("MIMALLOC_PURGE_DELAY", MIMALLOC_PURGE_DELAY_MS)
 
+# Packages no shardmill command uses that Beam and pyarrow load whenever they are installed: pandas (Beam's
+# typehints register its batch converters on import; pyarrow imports it at its first conversion of a Python
+# list, to check whether the list is a pandas object) was 0.4-0.5 s of the ~3.5 s of CPU a small run starts
+# with. The command's own process runs as if they were not installed (both take an ImportError as "not
+# installed"); Beam's worker processes and a program calling main() load them as before.
+PACKAGES_LEFT_OUT = ("pandas",)
+
+
+class _LeftOut:
+    """A meta path finder that finds no PACKAGES_LEFT_OUT: importing one raises ModuleNotFoundError, as if it
+    were not installed. (A None in sys.modules would not do: Cython's import, pyarrow's, takes it for the
+    module.)"""
+
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in PACKAGES_LEFT_OUT:
+            raise ModuleNotFoundError(f"No module named {name!r} (the shardmill command leaves it out)", name=name)
+        return None
+
+
 COMMANDS: dict[str, Command] = {c.name: c for c in (count.COMMAND, run.COMMAND, inspect.COMMAND, submit.COMMAND)}
 
 # The signals that ended the last main() of this process: entry() exits at once after one.
@@ -150,6 +169,7 @@ def entry() -> None:
     """The `shardmill` command: main(), then exit — at once after a signal, so that the in-process runner's
     worker threads, still finishing steps of the abandoned pipeline, can't keep the process alive (the run's
     files are already removed and its one line printed)."""
+    sys.meta_path.insert(0, _LeftOut())
     code = main()
     if _interrupts.received:
         sys.stdout.flush()

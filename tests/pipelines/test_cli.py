@@ -11,6 +11,7 @@ import pytest
 from shardmill.pipelines import cli
 from shardmill.core.output_contract import SHARD_VERSION_KEY, shardmill_version
 from tests.support.cli import run_shardmill
+from tests.support.imported_modules import modules_loaded_by_command
 
 SAMPLED = "lc0 { chunk_pool { passes: 2 position_count: 4 hanse_sampling_threshold: 100 } }\noutput { num_shards: 2 }"
 TIMESTAMPED = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d (INFO|WARNING|ERROR) ", re.MULTILINE)
@@ -152,6 +153,14 @@ def test_the_command_keeps_freed_arrow_pages_before_pyarrow_loads(preset, expect
              "print('pyarrow' in sys.modules, os.environ['MIMALLOC_PURGE_DELAY'])")
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", expected]
+
+
+@pytest.mark.slow
+def test_a_run_leaves_out_the_packages_no_command_uses(job):
+    config, out = job
+    modules, run = modules_loaded_by_command("run", "--config", config, "--output", out)
+    assert "apache_beam" in modules and "pyarrow" in modules
+    assert not [name for name in modules if name.split(".")[0] in ("pandas",)]
 
 
 def test_beam_loads_without_the_cyclic_collector_and_out_of_its_sight():
