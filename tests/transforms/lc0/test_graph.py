@@ -19,6 +19,7 @@ from shardmill.transforms.lc0.loading import LoadedTask
 class _Paths:
     progress_dir = None
     spill_dir = "/spill"
+    shuffle_memory = None
 
     def check_live(self):
         pass
@@ -54,7 +55,7 @@ def test_tasks_loaded_at_once_are_emitted_in_arrival_order_with_their_dead_lette
         return LoadedTask({0: object()}, dead, chunks_loaded=1, uses_written=1, records_written=number)
 
     monkeypatch.setattr(graph, "load_task", load)
-    monkeypatch.setattr(graph, "write_spill", lambda path, batches: [(0, (os.path.basename(path), 0))])
+    monkeypatch.setattr(graph, "write_spill", lambda path, batches, memory: [(0, (os.path.basename(path), 0))])
     load_fn = graph._LoadTasksFn(_Paths(), 2)
     load_fn.setup()
     load_fn.start_bundle()
