@@ -40,10 +40,13 @@ os.environ.setdefault("MIMALLOC_PURGE_DELAY", MIMALLOC_PURGE_DELAY_MS)
 
 # Packages no shardmill command uses that Beam and pyarrow load whenever they are installed: pandas (Beam's
 # typehints register its batch converters on import; pyarrow imports it at its first conversion of a Python
-# list, to check whether the list is a pandas object) was 0.4-0.5 s of the ~3.5 s of CPU a small run starts
-# with. The command's own process runs as if they were not installed (both take an ImportError as "not
-# installed"); Beam's worker processes and a program calling main() load them as before.
-PACKAGES_LEFT_OUT = ("pandas",)
+# list, to check whether the list is a pandas object), pymongo and its bson (Beam's MongoDB IO). Loading them was
+# ~0.5 s of the ~3.5 s of CPU a small run starts with. The command's own process runs as if they were not
+# installed (Beam and pyarrow take an ImportError as "not installed"); Beam's worker processes and a program
+# calling main() load them as before.
+PACKAGES_LEFT_OUT = ("pandas", "pymongo", "bson")
+# What Beam logs when it finds them missing: not about the job.
+LEFT_OUT_NOTICES = {"apache_beam.io.mongodbio": "Could not find a compatible bson package"}
 
 
 class _LeftOut:
@@ -170,6 +173,8 @@ def entry() -> None:
     worker threads, still finishing steps of the abandoned pipeline, can't keep the process alive (the run's
     files are already removed and its one line printed)."""
     sys.meta_path.insert(0, _LeftOut())
+    for logger, notice in LEFT_OUT_NOTICES.items():
+        logging.getLogger(logger).addFilter(lambda record, notice=notice: notice not in record.getMessage())
     code = main()
     if _interrupts.received:
         sys.stdout.flush()
