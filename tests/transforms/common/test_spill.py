@@ -178,3 +178,21 @@ def test_a_shuffle_past_a_small_budget_spills_and_peak_memory_stays_within_budge
     default_peak, default = run("")
     assert "5 task(s) kept in memory" in default and "0 spilled" in default
     assert default_peak > small_peak + (150 << 20)  # the budget is what kept the rest out of memory
+
+
+@pytest.mark.slow
+def test_a_run_that_fails_after_loading_frees_what_its_shuffle_held(lc0_dataset, tmp_path, monkeypatch):
+    from shardmill.transforms.lc0.shards import Lc0ShardFormat
+
+    directory, _ = lc0_dataset
+    held = []
+
+    def failing_table(self, batches, record):
+        held.append(sum(run.held_bytes for run in spill._REGISTRY.values()))
+        raise RuntimeError("shard writer broke")
+
+    monkeypatch.setattr(Lc0ShardFormat, "table", failing_table)
+    with pytest.raises(Exception, match="shard writer broke"):
+        run_all_positions(directory, tmp_path / "out", "")
+    assert held and held[0] > 0  # the records were in memory when the writer failed
+    assert spill._REGISTRY == {}
