@@ -32,6 +32,12 @@ def _drop_beam_optional_dependency_noise(record: logging.LogRecord) -> bool:
 logging.getLogger().addFilter(_drop_beam_optional_dependency_noise)
 
 
+def _not_a_relayed_job_message(record: logging.LogRecord) -> bool:
+    # PortableRunner relays the job service's messages through the root logger (logging.log), past the
+    # apache_beam logger's level: a failed job's whole traceback, which the command's one line sums up.
+    return not (record.name == "root" and record.module == "portable_runner")
+
+
 @contextlib.contextmanager
 def logging_configured(verbose: bool, quiet: bool):
     """Timestamped logs at the chosen verbosity for the command; the previous set-up afterwards (main()
@@ -49,6 +55,9 @@ def logging_configured(verbose: bool, quiet: bool):
     logging.getLogger("shardmill").setLevel(logging.WARNING if quiet else logging.INFO)
     # A failed run ends with one line of ours; Beam's traceback of it only with -v.
     logging.getLogger("apache_beam").setLevel(logging.NOTSET if verbose else logging.CRITICAL)
+    if not verbose:
+        for handler in root.handlers:
+            handler.addFilter(_not_a_relayed_job_message)
     try:
         yield
     finally:

@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import tempfile
 import time
+import uuid
 
 from shardmill.pipelines.commands import EXIT_OK, Command
 
@@ -50,12 +52,13 @@ def run_count(patterns: list[str], count_method: str, expected_version: int, opt
 
     settings = CountSettings(tuple(patterns), count_method, expected_version, max_chunk_bytes or DEFAULT_MAX_CHUNK_BYTES,
                              cache)
-    work_dir = tempfile.mkdtemp(prefix="shardmill-count-")
+    work_dir = count_work_dir(options, index_out, errors_out)
     paths = CountPaths(index=index_out or f"{work_dir}/index.parquet",
                        errors=errors_out or f"{work_dir}/errors.jsonl", summary=f"{work_dir}/summary.json")
     started = time.monotonic()
     progress_dir = f"{work_dir}/progress" if is_local_run(options) else None
     with contextlib.ExitStack() as progress_running:
+        progress_running.callback(_remove_work_dir, work_dir)
         if progress_dir:
             os.makedirs(progress_dir)
             progress = ProgressPrinter(progress_dir)
@@ -63,7 +66,41 @@ def run_count(patterns: list[str], count_method: str, expected_version: int, opt
             progress_running.callback(progress.stop)  # after the pipeline has run (it runs on leaving `with p`)
         with make_pipeline(options) as p:
             _ = p | "Count" >> CountIndex(settings, paths, progress_dir)
-    return read_count_result(paths, time.monotonic() - started)
+        return read_count_result(paths, time.monotonic() - started)
+
+
+def count_work_dir(options, index_out: str | None, errors_out: str | None) -> str:
+    """Where the count's workers write the files the launcher reads: a new temporary directory on this machine for
+    a local run; for a runner's workers, which share no disk with the launcher, under the run's --temp_location on
+    storage both reach (a UsageError without one, or for --index-out/--errors-out on local disk)."""
+    from apache_beam.options.pipeline_options import GoogleCloudOptions
+
+    from shardmill.core.errors import UsageError
+    from shardmill.pipelines.runner import is_local_run
+    from shardmill.transforms.common.filesystem import is_local
+
+    if is_local_run(options):
+        return tempfile.mkdtemp(prefix="shardmill-count-")
+    for flag, path in (("--index-out", index_out), ("--errors-out", errors_out)):
+        if path and is_local(path):
+            raise UsageError(f"{flag} {path}: on a runner's workers the file would be written to a worker's own "
+                             "disk; give a location on storage the workers reach (gs://, s3://)")
+    temp_location = options.view_as(GoogleCloudOptions).temp_location
+    if not temp_location or is_local(temp_location):
+        raise UsageError("count on a runner's workers needs --temp_location on storage both they and this machine "
+                         f"reach (gs://, s3://), where they write what count reads back; got {temp_location!r}")
+    return f"{temp_location.rstrip('/')}/shardmill-count-{uuid.uuid4().hex[:12]}"
+
+
+def _remove_work_dir(work_dir: str) -> None:
+    from apache_beam.io.filesystems import FileSystems
+
+    from shardmill.transforms.common.filesystem import is_local
+
+    if is_local(work_dir):
+        shutil.rmtree(work_dir, ignore_errors=True)
+    else:
+        FileSystems.delete([work_dir + "/"])  # a prefix: every object below it
 
 
 def execute(args: argparse.Namespace, beam_args: list[str]) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import socket
 import threading
 import time
 import uuid
@@ -141,8 +142,20 @@ class _SharedS3Clients:
                tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_"))))
         with self._lock:
             if key not in self._clients:
-                self._clients[key] = self._boto3.session.Session().client(**settings)
+                session = self._boto3.session.Session()
+                if not settings.get("aws_access_key_id") and session.get_credentials() is None:
+                    # Beam's S3 calls retry a missing credential with backoff for many minutes: a worker started
+                    # without the store's settings would keep the run waiting instead of failing it.
+                    raise StoreUnreachable(
+                        f"no credentials for the object store at {_endpoint(settings)} on host "
+                        f"{socket.gethostname()}: give this process the store's endpoint and credentials (AWS_* "
+                        "variables, an instance role or --s3_* options); on a cluster, every worker's")
+                self._clients[key] = session.client(**settings)
             return self._clients[key]
+
+
+def _endpoint(settings: dict) -> str:
+    return settings.get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL") or "AWS S3 (no endpoint set)"
 
 
 def use_pipeline_options(options) -> None:
@@ -160,6 +173,21 @@ def share_s3_clients() -> None:
         return
     if boto3_client.boto3 is not None and not isinstance(boto3_client.boto3, _SharedS3Clients):
         boto3_client.boto3 = _SharedS3Clients(boto3_client.boto3)
+
+
+def default_worker_options() -> None:
+    """Gives Beam's FileSystems options where nothing did: a worker of Beam's external worker pool
+    (worker_pool_main) runs its SDK harness without sdk_worker_main, the one place Beam sets them, and there
+    Beam's S3 filesystem refuses every call ('Must provide one of client or options'). With empty options its
+    client takes the store's endpoint and credentials from the worker's environment (AWS_*), as Arrow's do."""
+    if FileSystems._pipeline_options is None:
+        from apache_beam.options.pipeline_options import PipelineOptions
+
+        use_pipeline_options(PipelineOptions([]))
+
+
+# Every worker-side module reaches its files through this one, so importing it is where a worker gets them.
+default_worker_options()
 
 
 # A store the launcher can't reach must fail the command in seconds, before anything is listed or written:

@@ -1,0 +1,225 @@
+"""The job on Beam's portable runner with workers that share nothing with the launcher but the object store.
+
+tests/support/shared_nothing.py sets it up: the launcher (Beam's job service and the `shardmill` command) and
+the SDK worker pool each in a private mount namespace (their own tmpfs /tmp, /var/tmp, /dev/shm and HOME; the
+workers' package read-only), moto's S3 server the only storage both reach. Inputs and outputs are on s3://.
+Every kind's shards are those of the same job in-process; a worker pool killed, a paused store and workers
+without the store's settings end as docs/cluster.md says.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import time
+
+import pytest
+from pyarrow.fs import FileSelector, FileType
+
+import shardmill
+
+from tests.pipelines.test_job_contract import write_inputs
+from tests.support.shared_nothing import SharedNothingCluster, isolation_unavailable
+
+pytestmark = pytest.mark.slow  # every test here runs jobs in subprocesses
+
+BUCKET = "cluster"
+PACKAGE = list(shardmill.__path__)[0]
+# A lost worker pool or a paused store must end a run within this (seconds after the fault); docs/cluster.md.
+FAULT_BOUND_SECONDS = 60
+MEGATRON_CACHE = ' megatron_cache { data_path: "/data/megatron/corpus" tokenizer: "{\\"class\\": \\"T\\"}" }'
+
+
+@pytest.fixture(scope="module")
+def cluster(lc0_dataset, tmp_path_factory):
+    reason = isolation_unavailable()
+    if reason:
+        if os.environ.get("CI"):  # CI runs as root: there the set-up must work
+            pytest.fail(f"shared-nothing cluster unavailable in CI: {reason}")
+        pytest.skip(f"shared-nothing cluster unavailable: {reason}")
+    local = tmp_path_factory.mktemp("cluster-inputs")
+    texts = write_inputs(local, lc0_dataset[0])
+    with SharedNothingCluster() as running:
+        running.store.create_bucket(BUCKET)
+        running.store.upload(str(local), f"{BUCKET}/inputs")
+        running.store.upload(lc0_dataset[0], f"{BUCKET}/lc0")
+        remote = {name: text.replace(lc0_dataset[0], f"s3://{BUCKET}/lc0").replace(str(local), f"s3://{BUCKET}/inputs")
+                  for name, text in texts.items()}
+        remote["tokens"] = remote["tokens"].rstrip().removesuffix("}") + MEGATRON_CACHE + " }"
+        assert all("s3://" in text for text in remote.values())
+        running.configs = remote
+        yield running
+
+
+def config_text(cluster, kind: str, output: str) -> str:
+    return cluster.configs[kind] + f'\noutput {{ path: "{output}" num_shards: 2 }}\n'
+
+
+def start_run(cluster, kind: str, output: str, *extra: str, portable: bool = True) -> subprocess.Popen:
+    """`shardmill run` on the launcher's side (the config on its standard input), started."""
+    process = subprocess.Popen(
+        cluster.launcher_command("run", "--config", "/dev/stdin", *(cluster.runner_args if portable else ()), *extra),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cluster.launcher_env())
+    process.stdin.write(config_text(cluster, kind, output))
+    process.stdin.close()
+    process.stdin = None  # communicate() must not flush it again
+    return process
+
+
+def finished(process: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]:
+    out, err = process.communicate(timeout=timeout)
+    return process.returncode, out, err
+
+
+def objects(cluster, prefix: str) -> dict[str, bytes]:
+    """Every object under s3://BUCKET/prefix by its path relative to it."""
+    fs = cluster.store.filesystem()
+    found = {}
+    for info in fs.get_file_info(FileSelector(f"{BUCKET}/{prefix}", recursive=True, allow_not_found=True)):
+        if info.type == FileType.File:
+            with fs.open_input_stream(info.path) as f:
+                found[info.path[len(f"{BUCKET}/{prefix}/"):]] = f.read()
+    return found
+
+
+def output_digests(cluster, prefix: str) -> dict[str, str]:
+    """An output's files by relative path: their SHA-256; the manifests without their timings and with the output's
+    own path (in the config they record) taken out, the only things two runs into two places may differ in."""
+    digests = {}
+    for rel, data in objects(cluster, prefix).items():
+        if rel.rsplit("/", 1)[-1] in (".manifest.json", "manifest.json"):
+            manifest = json.loads(data)
+            del manifest["stats"]["timings"]
+            data = json.dumps(manifest, sort_keys=True).replace(f"s3://{BUCKET}/{prefix}", "OUTPUT").encode()
+        digests[rel] = hashlib.sha256(data).hexdigest()
+    return digests
+
+
+def staged_objects(cluster, prefix: str) -> list[str]:
+    return [rel for rel in objects(cluster, prefix) if rel.startswith(".staging-")]
+
+
+def test_a_file_the_launcher_writes_to_its_disk_is_invisible_to_the_workers(cluster, tmp_path):
+    (tmp_path / "host-marker").write_text("the test's own /tmp")
+    written = cluster.run_on("launcher", ["sh", "-c", "echo launcher > /tmp/launcher-marker && echo x > "
+                                          "\"$HOME/home-marker\" && cat /tmp/launcher-marker"])
+    assert written.returncode == 0 and written.stdout.strip() == "launcher", written.stderr
+    seen = cluster.run_on("workers", ["sh", "-c", f"for f in /tmp/launcher-marker /tmp/home/home-marker "
+                                      f"{tmp_path / 'host-marker'}; do test -e $f && echo seen $f; done; "
+                                      f"pwd; echo $HOME; touch {PACKAGE}/.written-by-a-worker 2>&1 || true; "
+                                      "awk '$5 ~ \"^/(tmp|var/tmp|dev/shm)$\" {print $5, $9}' /proc/self/mountinfo"])
+    assert seen.returncode == 0, seen.stderr
+    lines = seen.stdout.splitlines()
+    assert not [line for line in lines if line.startswith("seen ")], lines
+    assert lines[:2] == ["/tmp/work", "/tmp/home"]  # its own working directory and HOME, outside the checkout
+    assert {"/dev/shm tmpfs", "/tmp tmpfs", "/var/tmp tmpfs"} <= set(lines[2:])
+    # the package (here the venv holding it) is read-only: a worker cannot change what the next one runs
+    assert "Read-only file system" in seen.stdout or "Permission denied" in seen.stdout, lines
+
+
+def test_every_kind_on_workers_sharing_only_the_store_writes_the_in_process_shards(cluster, monkeypatch, tmp_path):
+    runs = {}
+    for kind in cluster.configs:  # side by side: one job service and one worker pool take several jobs
+        runs[kind, "in-process"] = start_run(cluster, kind, f"s3://{BUCKET}/in-process-{kind}", portable=False)
+        runs[kind, "portable"] = start_run(cluster, kind, f"s3://{BUCKET}/portable-{kind}")
+    results = {key: finished(process) for key, process in runs.items()}
+    for key, (code, out, err) in results.items():
+        assert code == 0, (key, out[-2000:], err[-3000:])
+    for kind in cluster.configs:
+        in_process = output_digests(cluster, f"in-process-{kind}")
+        assert output_digests(cluster, f"portable-{kind}") == in_process, kind
+        assert [rel for rel in in_process if rel.startswith(".staging-") or rel.startswith(".claims/")] == []
+    assert any("megatron-cache/" in rel for rel in output_digests(cluster, "portable-tokens"))
+    # The budgeted in-memory shuffle is for local runs: a portable run spills through the store.
+    assert "kept in memory" not in results["lc0", "portable"][2]
+
+    from shardmill.native_ext import CacheOptions, OrderOptions, ReadOptions, ShardReader, load_manifest
+
+    for name, value in cluster.store.env.items():
+        monkeypatch.setenv(name, value)
+    for kind in cluster.configs:
+        output = f"s3://{BUCKET}/portable-{kind}"
+        inspected = cluster.run_launcher("inspect", output)
+        assert inspected.returncode == 0 and "shard" in inspected.stdout, inspected.stderr
+        manifest = load_manifest(output)
+        options = ReadOptions(cache=CacheOptions(str(tmp_path / "shard-cache"), max_bytes=1 << 30))
+        with ShardReader(output, batch_size=64, read_options=options,
+                         order_options=OrderOptions(shuffle=False)) as reader:
+            rows = sum(batch.num_rows if hasattr(batch, "num_rows") else len(next(iter(batch.values())))
+                       for batch in reader)
+        assert rows == sum(shard["rows"] for shard in manifest["shards"]), kind
+    assert len(os.listdir(tmp_path / "shard-cache")) > 0
+
+
+def test_count_on_workers_sharing_only_the_store_reports_what_it_reports_in_process(cluster):
+    counted = {}
+    for label, extra in (("in-process", []), ("portable", cluster.runner_args)):
+        done = cluster.run_launcher("count", f"s3://{BUCKET}/lc0", "--json", "--index-cache", "none", *extra,
+                                    f"--temp_location=s3://{BUCKET}/temp")
+        assert done.returncode == 0, (label, done.stderr[-3000:])
+        report = json.loads(done.stdout)
+        report.pop("seconds", None)
+        counted[label] = report
+    assert counted["portable"] == counted["in-process"]
+    assert objects(cluster, "temp") == {}  # the count's files on the store, removed once read
+
+
+def test_a_worker_pool_killed_mid_run_fails_the_run_in_one_line_and_a_rerun_commits(cluster):
+    output = "killed"
+    started = time.monotonic()
+    process = start_run(cluster, "lc0", f"s3://{BUCKET}/{output}")
+    # Mid-run: the workers have spilled a first task's rows to the store.
+    while not any("/spill/" in rel for rel in staged_objects(cluster, output)):
+        assert process.poll() is None and time.monotonic() - started < 240, process.communicate()
+        time.sleep(0.2)
+    cluster.kill_workers()
+    killed = time.monotonic()
+    try:
+        code, out, err = finished(process, timeout=FAULT_BOUND_SECONDS + 30)
+        seconds = time.monotonic() - killed
+        assert code == 3, (out, err)
+        assert err.strip().count("\n") == 0 and err.startswith("shardmill run: failed:"), err
+        assert seconds < FAULT_BOUND_SECONDS, seconds
+        assert objects(cluster, output) == {}  # nothing committed, staging dropped, the claim released
+    finally:
+        cluster.start_workers()
+    code, out, err = finished(start_run(cluster, "lc0", f"s3://{BUCKET}/{output}"))
+    assert code == 0, err[-3000:]
+    assert "committed generation 1" in out
+
+
+def test_a_store_paused_mid_run_ends_the_run_with_the_whole_new_output_or_none(cluster):
+    output = "paused"
+    started = time.monotonic()
+    process = start_run(cluster, "labels", f"s3://{BUCKET}/{output}")
+    while not staged_objects(cluster, output):
+        assert process.poll() is None and time.monotonic() - started < 240, process.communicate()
+        time.sleep(0.2)
+    with cluster.store_paused():
+        time.sleep(8)
+    resumed = time.monotonic()
+    code, out, err = finished(process, timeout=FAULT_BOUND_SECONDS + 30)
+    assert time.monotonic() - resumed < FAULT_BOUND_SECONDS
+    left = objects(cluster, output)
+    if code == 0:
+        reference = "in-process-labels"
+        assert output_digests(cluster, output) == output_digests(cluster, reference), "a mixed output"
+    else:
+        assert left == {}, (code, err, sorted(left))
+        assert err.strip().count("\n") == 0, err
+
+
+def test_workers_without_the_store_settings_fail_the_run_in_one_line_naming_the_store(cluster):
+    cluster.start_workers(with_store=False)
+    try:
+        started = time.monotonic()
+        code, out, err = finished(start_run(cluster, "labels", f"s3://{BUCKET}/no-store"), timeout=240)
+        seconds = time.monotonic() - started
+    finally:
+        cluster.start_workers()
+    assert code == 3, (out, err)
+    assert err.strip().count("\n") == 0 and f"s3://{BUCKET}" in err, err
+    assert seconds < FAULT_BOUND_SECONDS + 60, seconds
+    assert objects(cluster, "no-store") == {}
