@@ -1,6 +1,7 @@
 """The fixed CPU a `shardmill run` costs before and after its work: the job's start-up, phase by phase.
 
     python -m benchmarks.bench_startup [--kinds lc0,labels,tokens] [--rounds 5] [--versus DIR] [--phases]
+                                       [--phase-rounds 3]
 
 For each job kind, a run on an input so small that its work is negligible (lc0: 1 archive of 1 game with
 bench_lc0_floor's sampled settings, its "start-up"; labels: one CSV of 200 rows; tokens: the Megatron fixture
@@ -15,13 +16,14 @@ running mode): its total CPU, user + system from wait4 (harness.run_child).
 (the modules it does not hold, core/, native_ext/ and proto/, are the installed ones: a namespace package's
 parts are searched in PYTHONPATH's order).
 
---phases: one run per kind (and per side with --versus) with the CPU of each phase, process_time at the
-boundaries of the functions the command calls (the same functions in old and new code); the last, "exit", is
-wait4's total less the process's own clock where main() returned (the interpreter's teardown). The cyclic
-collector's share, over the whole run, is reported beside them.
+--phases: --phase-rounds more runs per kind (and per side with --versus) with the CPU of each phase, process_time
+at the boundaries of the functions the command calls (the same functions in old and new code); the last, "exit",
+is wait4's total less the process's own clock where main() returned (the interpreter's teardown). The cyclic
+collector's share, over the whole run, is reported beside them. Each phase's figure is its median over the runs
+(so the phases need not add up to the median total).
 
-Prints one JSON object: per kind, the median CPU seconds over rounds (and per side with --versus, their paired
-ratio new / old), and with --phases the phase table.
+Prints one JSON object: per kind, the median and the least CPU seconds over rounds (per side with --versus, and
+their paired ratio new / old), and with --phases the phase table.
 """
 
 from __future__ import annotations
@@ -180,9 +182,10 @@ def phases_main(config: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--kinds", default=",".join(CONFIGS), help=f"comma-separated, of {', '.join(CONFIGS)}")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=5, help="0: --phases alone")
     parser.add_argument("--versus", help="a directory holding an older shardmill package tree, run paired")
-    parser.add_argument("--phases", action="store_true", help="also one run per kind (and side) phase by phase")
+    parser.add_argument("--phases", action="store_true", help="also runs per kind (and side) phase by phase")
+    parser.add_argument("--phase-rounds", type=int, default=3, help="--phases' rounds; each phase's median")
     parser.add_argument("--fixtures", default=FIXTURES, help="holds megatron/ (the tokens kind's corpus)")
     parser.add_argument("--phases-of", help=argparse.SUPPRESS)  # the phases' child: a config to run
     args = parser.parse_args()
@@ -199,15 +202,22 @@ def main() -> None:
             with open(config, "w") as f:
                 f.write(CONFIGS[kind].format(data=os.path.join(work, "data"), out=os.path.join(work, "out", kind),
                                              fixtures=os.path.abspath(args.fixtures)))
-            runs = interleaved_rounds({side: (lambda path=path: run_cpu(config, path)) for side, path in sides.items()},
-                                      args.rounds, warmup_rounds=1)
-            cpu = {side: [run.value for run in runs[side]] for side in sides}
-            result = {f"cpu_s_{side}": round(statistics.median(values), 3) for side, values in cpu.items()}
-            result.update({f"cpu_s_{side}_rounds": [round(x, 2) for x in values] for side, values in cpu.items()})
-            if args.versus:
-                result["new_over_old"] = paired_ratio(cpu["new"], cpu["old"])
+            result: dict = {}
+            if args.rounds:  # 0: the phases alone
+                runs = interleaved_rounds({side: (lambda path=path: run_cpu(config, path))
+                                           for side, path in sides.items()}, args.rounds, warmup_rounds=1)
+                cpu = {side: [run.value for run in runs[side]] for side in sides}
+                result.update({f"cpu_s_{side}": round(statistics.median(values), 3) for side, values in cpu.items()})
+                # The least of the rounds too: on a machine shared with other work, the round least slowed by it.
+                result.update({f"cpu_s_{side}_min": round(min(values), 3) for side, values in cpu.items()})
+                result.update({f"cpu_s_{side}_rounds": [round(x, 2) for x in values] for side, values in cpu.items()})
+                if args.versus:
+                    result["new_over_old"] = paired_ratio(cpu["new"], cpu["old"])
             if args.phases:
-                result["phases"] = {side: run_phases(config, path) for side, path in sides.items()}
+                runs = interleaved_rounds({side: (lambda path=path: run_phases(config, path))
+                                           for side, path in sides.items()}, args.phase_rounds)
+                result["phases"] = {side: {phase: round(statistics.median(run.value[phase] for run in runs[side]), 3)
+                                           for phase in runs[side][0].value} for side in sides}
             report["kinds"][kind] = result
             progress({"kind": kind, **result})
     finally:
