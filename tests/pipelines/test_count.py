@@ -107,3 +107,18 @@ def test_cli_rejects_an_invalid_config(tmp_path, capsys):
     config.write_text('input: "x" lc0 { chunk_pool { hanse_sampling_gamma: -2 } }')
     assert cli.main(["count", "--config", str(config)]) == 2
     assert "hanse_sampling_gamma" in capsys.readouterr().err
+
+
+def test_count_on_a_runners_workers_writes_its_report_under_the_temp_location_on_shared_storage():
+    from shardmill.core.errors import UsageError
+    from shardmill.pipelines.commands.count import count_work_dir
+
+    portable = ["--runner=PortableRunner", "--job_endpoint=localhost:1"]
+    with pytest.raises(UsageError, match=r"needs --temp_location on storage both they and this machine reach"):
+        count_work_dir(PipelineOptions(portable), None, None)  # the launcher's own /tmp: no worker sees it
+    with pytest.raises(UsageError, match=r"needs --temp_location .*got '/tmp/x'"):
+        count_work_dir(PipelineOptions([*portable, "--temp_location=/tmp/x"]), None, None)
+    shared = PipelineOptions([*portable, "--temp_location=s3://bucket/temp/"])
+    with pytest.raises(UsageError, match=r"^--index-out /tmp/index.parquet: on a runner's workers"):
+        count_work_dir(shared, "/tmp/index.parquet", None)
+    assert count_work_dir(shared, None, "s3://bucket/errors.jsonl").startswith("s3://bucket/temp/shardmill-count-")

@@ -74,14 +74,20 @@ def finished(process: subprocess.Popen, timeout: float = 300) -> tuple[int, str,
     return process.returncode, out, err
 
 
+def object_names(cluster, prefix: str) -> list[str]:
+    """The objects under s3://BUCKET/prefix by their paths relative to it."""
+    infos = cluster.store.filesystem().get_file_info(FileSelector(f"{BUCKET}/{prefix}", recursive=True,
+                                                                  allow_not_found=True))
+    return [info.path[len(f"{BUCKET}/{prefix}/"):] for info in infos if info.type == FileType.File]
+
+
 def objects(cluster, prefix: str) -> dict[str, bytes]:
-    """Every object under s3://BUCKET/prefix by its path relative to it."""
+    """Every object under s3://BUCKET/prefix by its path relative to it, with its bytes (of a finished run)."""
     fs = cluster.store.filesystem()
     found = {}
-    for info in fs.get_file_info(FileSelector(f"{BUCKET}/{prefix}", recursive=True, allow_not_found=True)):
-        if info.type == FileType.File:
-            with fs.open_input_stream(info.path) as f:
-                found[info.path[len(f"{BUCKET}/{prefix}/"):]] = f.read()
+    for rel in object_names(cluster, prefix):
+        with fs.open_input_stream(f"{BUCKET}/{prefix}/{rel}") as f:
+            found[rel] = f.read()
     return found
 
 
@@ -109,7 +115,7 @@ def in_process_output(cluster, kind: str, tmp_path) -> str:
 
 
 def staged_objects(cluster, prefix: str) -> list[str]:
-    return [rel for rel in objects(cluster, prefix) if rel.startswith(".staging-")]
+    return [rel for rel in object_names(cluster, prefix) if rel.startswith(".staging-")]
 
 
 def test_a_file_the_launcher_writes_to_its_disk_is_invisible_to_the_workers(cluster, tmp_path):
