@@ -1,5 +1,6 @@
 """The command line as users type it: --version, logs, -v/-q anywhere, typos refused, missing extras."""
 
+import hashlib
 import os
 import re
 import subprocess
@@ -162,6 +163,25 @@ def test_a_run_leaves_out_the_packages_no_command_uses(job):
     assert "apache_beam" in modules and "pyarrow" in modules
     assert not [name for name in modules if name.split(".")[0] in ("pandas", "pymongo", "bson")]
     assert "bson" not in run.stderr  # Beam's notice that it found no MongoDB client
+
+
+@pytest.mark.slow
+def test_shards_from_pandas_written_parquet_are_the_same_without_pandas(tmp_path):
+    pd = pytest.importorskip("pandas")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    frame = pd.DataFrame({"id": range(300), "clicked": [int(i % 5 == 0) for i in range(300)],
+                          "kind": pd.Categorical(["a", "b", "c"] * 100)}, index=pd.RangeIndex(1000, 1300, name="ix"))
+    frame.to_parquet(logs / "day0.parquet")  # with pandas' schema metadata, its index and a dictionary column
+    config = tmp_path / "c.textproto"
+    config.write_text(f'input: "{logs}"\nlabel_sampling {{ label_column: "clicked" ratio: 2 }}\n')
+    digests = []
+    for out, run in ((tmp_path / "command", lambda argv: run_shardmill(*argv).returncode),  # pandas left out
+                     (tmp_path / "in-process", cli.main)):  # pandas loadable
+        assert run(["run", "-q", "--config", str(config), "--output", str(out)]) == 0
+        digests.append({name: hashlib.sha256((out / name).read_bytes()).hexdigest()
+                        for name in os.listdir(out) if name.endswith(".parquet")})
+    assert digests[0] and digests[0] == digests[1]
 
 
 def test_beam_loads_without_the_cyclic_collector_and_out_of_its_sight():
