@@ -60,13 +60,8 @@ def config_text(cluster, kind: str, output: str) -> str:
 
 def start_run(cluster, kind: str, output: str, *extra: str) -> subprocess.Popen:
     """`shardmill run` on the portable runner, on the launcher's side (the config on its standard input), started."""
-    process = subprocess.Popen(
-        cluster.launcher_command("run", "--config", "/dev/stdin", *cluster.runner_args, *extra),
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cluster.launcher_env())
-    process.stdin.write(config_text(cluster, kind, output))
-    process.stdin.close()
-    process.stdin = None  # communicate() must not flush it again
-    return process
+    return cluster.start_launcher("run", "--config", "/dev/stdin", *cluster.runner_args, *extra,
+                                  input_text=config_text(cluster, kind, output))
 
 
 def finished(process: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]:

@@ -119,6 +119,7 @@ class SharedNothingCluster:
     def __init__(self):
         self._logs = tempfile.mkdtemp(prefix="shardmill-cluster-logs-")
         self._processes: dict[str, subprocess.Popen] = {}
+        self._commands: list[subprocess.Popen] = []  # shardmill commands started on the launcher's side
         self.store: S3Server | None = None
         self.job_port = free_port()
         self.worker_port = None
@@ -139,6 +140,9 @@ class SharedNothingCluster:
         self.close()
 
     def close(self) -> None:
+        for process in self._commands:
+            if process.poll() is None:
+                _kill_group(process)
         for name in list(self._processes):
             _kill_group(self._processes.pop(name))
         if self.store is not None:
@@ -168,7 +172,9 @@ class SharedNothingCluster:
         return env
 
     def _start_launcher(self) -> None:
-        command = [sys.executable, "-m", "apache_beam.runners.portability.local_job_service_main",
+        # Beam's job service, failing a job whose worker died as a cluster's runner does (tests/support/job_service.py)
+        checkout = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        command = ["env", f"PYTHONPATH={checkout}", sys.executable, "-m", "tests.support.job_service",
                    "--port", str(self.job_port)]
         script = _private_side_script([], command)
         self._start("launcher", ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
@@ -216,6 +222,18 @@ class SharedNothingCluster:
 
     def launcher_env(self) -> dict:
         return self._side_env()
+
+    def start_launcher(self, *args: object, input_text: str = "") -> subprocess.Popen:
+        """`shardmill args...` on the launcher's side, started (stdin: input_text); killed at the end if still
+        running."""
+        process = subprocess.Popen(self.launcher_command(*args), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, env=self.launcher_env(),
+                                   start_new_session=True)
+        self._commands.append(process)
+        process.stdin.write(input_text)
+        process.stdin.close()
+        process.stdin = None  # communicate() must not flush it again
+        return process
 
     def run_launcher(self, *args: object, input_text: str | None = None, timeout: float = 300
                      ) -> subprocess.CompletedProcess:
