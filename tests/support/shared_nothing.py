@@ -130,7 +130,9 @@ class SharedNothingCluster:
         try:
             self.store = S3Server(os.path.join(self._logs, "store.log"))
             self._start_launcher()
-            self.start_workers()
+            self.start_workers(wait=False)  # both start up (import Beam) at once
+            self._wait_until_listening("launcher", self.job_port)
+            self._wait_until_listening("workers", self.worker_port)
         except BaseException:
             self.close()
             raise
@@ -152,14 +154,16 @@ class SharedNothingCluster:
             self.store = None
         shutil.rmtree(self._logs, ignore_errors=True)
 
-    def _start(self, name: str, command: list[str], env: dict, port: int) -> subprocess.Popen:
+    def _start(self, name: str, command: list[str], env: dict) -> subprocess.Popen:
         log_path = os.path.join(self._logs, f"{name}.log")
         with open(log_path, "ab") as log:
             process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                        start_new_session=True)
         self._processes[name] = process
-        _wait_for_port(port, process, log_path)
         return process
+
+    def _wait_until_listening(self, name: str, port: int) -> None:
+        _wait_for_port(port, self._processes[name], os.path.join(self._logs, f"{name}.log"))
 
     def _side_env(self, with_store: bool = True) -> dict:
         env = {key: value for key, value in os.environ.items()
@@ -178,11 +182,11 @@ class SharedNothingCluster:
                    "--port", str(self.job_port)]
         script = _private_side_script([], command)
         self._start("launcher", ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
-                    self._side_env(), self.job_port)
+                    self._side_env())
 
-    def start_workers(self, with_store: bool = True) -> None:
+    def start_workers(self, with_store: bool = True, wait: bool = True) -> None:
         """(Re)starts the worker pool in a new namespace of its own; with_store False: without the store's
-        endpoint and credentials in its environment."""
+        endpoint and credentials in its environment. wait: until it listens."""
         if "workers" in self._processes:
             _kill_group(self._processes.pop("workers"))
         self.worker_port = free_port()
@@ -190,7 +194,9 @@ class SharedNothingCluster:
                    "--service_port", str(self.worker_port)]
         script = _private_side_script(read_only_paths(), command)
         self._start("workers", ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
-                    self._side_env(with_store), self.worker_port)
+                    self._side_env(with_store))
+        if wait:
+            self._wait_until_listening("workers", self.worker_port)
 
     def kill_workers(self) -> None:
         """kill -9 of the worker pool and every worker it started (its process group)."""
