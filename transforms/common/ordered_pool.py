@@ -69,15 +69,29 @@ class OrderedPool:
         self._pending.append(self._executor.submit(fn, *args))
         finished = []
         while len(self._pending) > self._threads:
-            finished.append(self._pending.popleft().result())
+            finished.append(self._oldest_result())
         return finished
 
     def drain(self) -> list[Any]:
         """Waits for all submitted work; its results oldest first."""
         finished = []
         while self._pending:
-            finished.append(self._pending.popleft().result())
+            finished.append(self._oldest_result())
         return finished
+
+    def _oldest_result(self) -> Any:
+        future = self._pending.popleft()
+        try:
+            return future.result()
+        except BaseException:
+            # The error fails the run, whose clean-up follows at once: work still running (a shard being written
+            # into the staging directory) must end first, or it would write into what the clean-up removed.
+            # Work not started yet never starts.
+            for other in self._pending:
+                other.cancel()
+            concurrent.futures.wait(self._pending)
+            self._pending.clear()
+            raise
 
     def stop(self) -> None:
         # A finished bundle has nothing pending (drain waited); an abandoned one (a signal, a failed

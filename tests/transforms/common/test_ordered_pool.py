@@ -62,6 +62,39 @@ def test_an_error_in_the_work_is_raised_by_submit_or_drain():
     pool.stop()
 
 
+@pytest.mark.parametrize("surfaces_in", ["submit", "drain"])
+def test_an_error_surfaces_only_once_the_work_still_running_has_ended(surfaces_in):
+    # A failed shard write fails the run, whose clean-up removes the staging directory: a write still running
+    # beside it must not finish after that (it would leave a shard behind the clean-up).
+    pool = started(2)
+    running = threading.Event()
+    ended = []
+
+    def slow_write():
+        running.set()
+        time.sleep(0.5)
+        ended.append("slow write")
+
+    def fail():
+        running.wait(5)
+        raise OSError(28, "No space left on device")
+
+    never_started = []
+    pool.submit(fail)
+    pool.submit(slow_write)
+    with pytest.raises(OSError, match="No space left"):
+        if surfaces_in == "submit":
+            pool.submit(never_started.append, "queued")
+            pool.submit(never_started.append, "queued")
+        else:
+            pool.drain()
+    assert ended == ["slow write"]
+    time.sleep(0.1)
+    assert never_started in ([], ["queued"])  # at most the one a free thread had already taken
+    assert pool.drain() == []
+    pool.stop()
+
+
 def test_reset_forgets_a_failed_bundles_work():
     pool = started(1)
     gate = threading.Event()
