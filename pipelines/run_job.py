@@ -99,10 +99,11 @@ def one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {lines[0] if lines else ''}"
 
 
-def _release_shuffle_memory(memory: ShuffleMemory) -> None:
-    """Frees what the run's shuffle held in memory once its pipeline ended, and says how the budget went."""
-    figures = release_shuffle_memory(memory)
-    if memory.budget_bytes:
+def _release_shuffle_memory(memory: ShuffleMemory, spill_dir: str) -> None:
+    """Frees what the run's shuffle held in memory once its pipeline ended, and says how the budget went (on every
+    local run, a budget of 0 included; its spill files are counted before the run commits or fails)."""
+    figures = release_shuffle_memory(memory, spill_dir)
+    if memory.run_key:
         _LOG.info("shuffle: %d task(s) kept in memory (peak %.1f MiB of a %.1f MiB budget)%s",
                   figures["tasks_held"], figures["peak_bytes"] / 2**20, memory.budget_bytes / 2**20,
                   "" if figures["tasks_spilled"] is None else f", {figures['tasks_spilled']} spilled")
@@ -218,7 +219,7 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
         finally:
             if progress:
                 progress.stop()
-            _release_shuffle_memory(paths.shuffle_memory)
+            _release_shuffle_memory(paths.shuffle_memory, paths.spill_dir)
         counters = counter_values(pipeline_result)
         manifest = lifecycle.read_prepared_manifest(paths)
         if manifest["stats"]["accounting"]["error_fraction"] > config.max_error_fraction:

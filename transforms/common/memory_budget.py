@@ -13,7 +13,7 @@ import os
 
 from apache_beam.options.pipeline_options import DirectOptions
 
-from shardmill.transforms.common.spill import ShuffleMemory, new_shared_dir
+from shardmill.transforms.common.spill import ShuffleMemory, new_shared_dir, remove_orphaned_shared_dirs
 
 _LOG = logging.getLogger(__name__)
 
@@ -101,17 +101,22 @@ def default_shuffle_budget(**paths) -> int:
 def run_shuffle_memory(requested_bytes: int | None, run_id: str, options) -> ShuffleMemory:
     """A local run's ShuffleMemory: the config's budget (None: the default), in this process's registry, or, when
     the local runner runs stages in worker processes (the load in one, the write in another), in a new shared
-    tmpfs directory."""
+    tmpfs directory. Every local run first removes the shared directories of runs killed before they could (their
+    memory is the machine's until someone does), whatever its own mode and budget."""
+    removed = remove_orphaned_shared_dirs()
+    if removed:
+        _LOG.info("shuffle: removed %d shared memory director(ies) of killed runs: %s", len(removed),
+                  ", ".join(removed))
     budget = default_shuffle_budget() if requested_bytes is None else requested_bytes
-    if budget <= 0:
-        return ShuffleMemory()
+    if budget <= 0:  # every task spills; the run key still counts them for the run's summary line
+        return ShuffleMemory(0, run_id)
     if options.view_as(DirectOptions).direct_running_mode != "multi_processing":
         return ShuffleMemory(budget, run_id)
     try:
         return ShuffleMemory(budget, run_id, new_shared_dir(run_id))
     except OSError as err:  # no tmpfs to share through: every task spills, as on a cluster
         _LOG.warning("shuffle: no shared memory directory for worker processes (%s); spilling every task", err)
-        return ShuffleMemory()
+        return ShuffleMemory(0, run_id)
 
 
 

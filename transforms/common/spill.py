@@ -102,7 +102,7 @@ def write_spill(path: str, batches: dict[int, pa.RecordBatch],
     if where is None:
         _write_ipc(path, ordered, SPILL_OPTIONS)
         where = path
-        if memory is not None and memory.budget_bytes > 0:
+        if memory is not None and memory.run_key:  # a local run's spill, whatever its budget (0 included)
             _count(memory.run_key, spilled=1)
     return [(shard, (where, index)) for index, shard in enumerate(shards)]
 
@@ -124,10 +124,13 @@ def read_spilled(refs: list[tuple[str, int]]) -> list[pa.RecordBatch]:
     return batches
 
 
-def release_shuffle_memory(memory: ShuffleMemory) -> dict:
+def release_shuffle_memory(memory: ShuffleMemory, spill_dir: str | None = None) -> dict:
     """Frees what the run holds (the registry's batches, its shared directory): at the end of a run, whatever its
-    outcome. Returns the run's figures: peak_bytes held, tasks_held, tasks_spilled (None with a shared directory:
-    the worker processes count those)."""
+    outcome. Returns the run's figures: peak_bytes held, tasks_held, tasks_spilled.
+
+    Given the run's spill_dir (spill files stay there until the run commits or fails), tasks_spilled is the
+    number of spill files in it: worker processes spill where this process's registry cannot count them, with a
+    budget of 0 as well as past one. Without it (None), tasks_spilled is this process's own count."""
     with _LOCK:
         run = _REGISTRY.pop(memory.run_key, None) or _RunHeld()
     figures = {"peak_bytes": run.peak_bytes, "tasks_held": run.tasks_held, "tasks_spilled": run.tasks_spilled}
@@ -138,9 +141,18 @@ def release_shuffle_memory(memory: ShuffleMemory) -> dict:
             files = []
         figures["tasks_held"] = len(files)
         figures["peak_bytes"] = sum(e.stat().st_size for e in files)
-        figures["tasks_spilled"] = None  # counted in the workers, not here
         shutil.rmtree(memory.shared_dir, ignore_errors=True)
+    if spill_dir is not None:
+        figures["tasks_spilled"] = count_spill_files(spill_dir)
     return figures
+
+
+def count_spill_files(spill_dir: str) -> int:
+    """The spill files (*.arrow) under spill_dir, local or on a Beam filesystem; 0 when there is none."""
+    try:
+        return len(FileSystems.match([f"{spill_dir}/*.arrow"])[0].metadata_list)
+    except Exception:  # an absent directory: Beam's filesystems raise their own errors for it
+        return 0
 
 
 def held_bytes(run_key: str) -> int:
@@ -170,9 +182,23 @@ def remove_orphaned_shared_dirs(root: str = SHARED_ROOT) -> list[str]:
             continue
         pid = name[len(SHARED_PREFIX):].split("-", 1)[0]
         if pid.isdigit() and not _process_exists(int(pid)):
-            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            _remove_shared_dir(os.path.join(root, name))
             removed.append(name)
     return removed
+
+
+def _remove_shared_dir(path: str) -> None:
+    """Renames the directory before removing it: the worker processes of a killed launcher outlive it for a
+    moment and keep writing there by its name; once renamed, each new file they open fails (their task spills or
+    dies with them), so the removal cannot race a file created after it listed the directory. A file they still
+    have open is unlinked and its memory freed when they exit. The new name keeps the prefix and the dead
+    launcher's pid, so a removal cut short is finished by the next sweep."""
+    doomed = f"{path}-removing-{os.getpid()}"
+    try:
+        os.rename(path, doomed)
+    except OSError:  # another sweep took it
+        return
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def _process_exists(pid: int) -> bool:

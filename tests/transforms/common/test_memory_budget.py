@@ -87,3 +87,31 @@ def test_a_process_in_a_memory_limited_cgroup_gets_a_quarter_of_its_limit(tmp_pa
         assert int(child.stdout.split()[-1]) == limit // DEFAULT_SHUFFLE_FRACTION
     finally:
         os.rmdir(group)
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended (a killed launcher's)."""
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                           timeout=60, check=True)
+    return int(child.stdout)
+
+
+@pytest.mark.parametrize("budget", [None, 0], ids=["default-budget", "budget-0"])
+def test_an_in_process_local_run_removes_the_shared_directories_of_killed_runs(budget):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from shardmill.transforms.common import spill
+    from shardmill.transforms.common.memory_budget import run_shuffle_memory
+
+    orphan = os.path.join(spill.SHARED_ROOT, f"{spill.SHARED_PREFIX}{dead_pid()}-killed-run")
+    os.makedirs(orphan)
+    try:
+        with open(os.path.join(orphan, "task.arrow"), "wb") as f:
+            f.write(b"x" * 4096)
+        memory = run_shuffle_memory(budget, "in-process-run", PipelineOptions([]))  # the in-process runner
+        assert memory.shared_dir is None
+        assert not os.path.exists(orphan)
+        assert not [n for n in os.listdir(spill.SHARED_ROOT) if n.startswith(os.path.basename(orphan))]
+    finally:
+        import shutil
+        shutil.rmtree(orphan, ignore_errors=True)

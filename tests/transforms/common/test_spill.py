@@ -5,6 +5,8 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -98,6 +100,40 @@ def test_a_shared_directory_whose_launcher_was_killed_is_removed_by_the_next_run
     assert os.listdir(tmp_path) == [os.path.basename(live)]
     assert remove_orphaned_shared_dirs(str(tmp_path)) == []
     assert orphan.startswith(spill.SHARED_PREFIX)
+
+
+def test_a_killed_launchers_workers_still_writing_cannot_keep_its_shared_directory(tmp_path):
+    # The workers of a killed launcher write on for a moment, by the directory's name, while a sweep removes it.
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          timeout=60, check=True)
+    orphan = tmp_path / f"{spill.SHARED_PREFIX}{int(dead.stdout)}-killed-run"
+    orphan.mkdir()
+    for index in range(3000):  # enough files that the removal takes a while
+        (orphan / f"task-{index}.arrow").write_bytes(b"x")
+    stop = threading.Event()
+    written = []
+
+    def worker_still_writing():
+        index = 0
+        while not stop.is_set():
+            try:
+                with open(orphan / f"late-{index}.arrow.tmp", "wb") as f:
+                    f.write(b"y" * 1000)
+                written.append(index)
+            except OSError:
+                pass
+            index += 1
+
+    writer = threading.Thread(target=worker_still_writing)
+    writer.start()
+    try:
+        while not written:  # the worker is writing when the sweep starts
+            time.sleep(0.001)
+        assert remove_orphaned_shared_dirs(str(tmp_path)) == [orphan.name]
+    finally:
+        stop.set()
+        writer.join()
+    assert os.listdir(tmp_path) == []
 
 
 # ---- the job: the same shards whether the shuffle stays in memory or spills ------------------------------------
