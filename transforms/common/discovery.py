@@ -36,6 +36,7 @@ import glob
 import os
 import posixpath
 import stat
+import typing
 from typing import Iterator
 
 import apache_beam as beam
@@ -237,7 +238,8 @@ SOURCE_STATS = "source_stats"
 
 
 class _BatchFilesFn(beam.DoFn):
-    """Groups (path, size) pairs of one bundle into batches by count and bytes.
+    """Groups the files of one bundle's listed events into batches of (path, size) by count and bytes; skipped
+    files go on the SKIPPED output as (kind, path).
 
     A whole archive is a batch by itself once it passes the byte budget; many
     small loose `.gz` files share one batch, so no element stands for one chunk.
@@ -250,9 +252,13 @@ class _BatchFilesFn(beam.DoFn):
     def start_bundle(self):
         self._batch, self._bytes = [], 0
 
-    def process(self, path_and_size):
-        self._batch.append(path_and_size)
-        self._bytes += path_and_size[1]
+    def process(self, listed_once):
+        what, name_or_kind, size_or_path = listed_once[0]
+        if what == "skip":
+            yield beam.pvalue.TaggedOutput(SKIPPED, (name_or_kind, size_or_path))
+            return
+        self._batch.append((name_or_kind, size_or_path))
+        self._bytes += size_or_path
         if len(self._batch) >= self._max_files or self._bytes >= self._max_bytes:
             yield self._batch
             self._batch, self._bytes = [], 0
@@ -267,19 +273,18 @@ SKIPPED = "skipped"
 
 
 class _ListInputFn(beam.DoFn):
-    """One input → (path, size) of each file to read; dead letters and (kind, path) of skipped files on the side."""
+    """One input → its listing events keyed for one GroupByKey: (("file", path, size), None) of each file to read,
+    (("skip", kind, path), None) of each skipped file; dead letters on the side."""
 
     def __init__(self, suffixes: tuple[str, ...]):
         self._suffixes = suffixes
 
     def process(self, item):
         for event in list_input(item, self._suffixes):
-            if event[0] == "file":
-                yield event[1], event[2]
-            elif event[0] == "skip":
-                yield beam.pvalue.TaggedOutput(SKIPPED, (event[1], event[2]))
-            else:
+            if event[0] == "dead":
                 yield beam.pvalue.TaggedOutput(ERRORS, event[1].to_dict())
+            else:
+                yield event, None
 
 
 class _CountWithExamples(beam.CombineFn):
@@ -332,16 +337,22 @@ class DiscoverFiles(beam.PTransform):
         listed = (
             pbegin
             | "Inputs" >> beam.Create(self._inputs)
-            | "List" >> beam.ParDo(_ListInputFn(self._suffixes)).with_outputs(ERRORS, SKIPPED, main="files")
+            # Inference can't see through tagged outputs; state the main output's pair type.
+            | "List" >> beam.ParDo(_ListInputFn(self._suffixes)).with_output_types(
+                typing.Tuple[typing.Any, None]).with_outputs(ERRORS, main="listed")
         )
-        batches = (
-            listed["files"]
-            | "OncePerFile" >> beam.Distinct()  # also spreads files over workers
-            | "Batch" >> beam.ParDo(_BatchFilesFn(self._max_files, self._max_bytes))
+        # One GroupByKey over files and skipped files alike (a Distinct of each was 8 transforms, each costing
+        # Beam's fixed CPU): overlapping inputs list a file, or count a skipped one, once; it also spreads files
+        # over workers.
+        batched = (
+            listed["listed"]
+            | "OncePerFile" >> beam.GroupByKey()
+            | "Batch" >> beam.ParDo(_BatchFilesFn(self._max_files, self._max_bytes)).with_outputs(
+                SKIPPED, main="batches")
         )
+        batches = batched["batches"]
         skipped = (
-            listed[SKIPPED]
-            | "OncePerSkippedFile" >> beam.Distinct()  # overlapping inputs: one count per file
+            batched[SKIPPED]
             | "CountPerKind" >> beam.CombinePerKey(_CountWithExamples())
             | "SkipStats" >> beam.MapTuple(_skip_stats)
         )

@@ -212,12 +212,58 @@ class _LoadTasksFn(beam.DoFn):
         self._pool.stop()
 
 
+class _DecideFn(beam.CombineFn):
+    """Index tables → the global decisions, decided over every source's summary.
+
+    One combine in place of summaries, a list of them and a decision: Beam's fixed cost is per transform."""
+
+    def __init__(self, pool_size: int):
+        self._pool_size = pool_size
+
+    def create_accumulator(self):
+        return []
+
+    def add_input(self, summaries, table):
+        summaries.extend(summarize_sources(table))
+        return summaries
+
+    def merge_accumulators(self, accumulators):
+        return [summary for summaries in accumulators for summary in summaries]
+
+    def extract_output(self, summaries):
+        return decide(summaries, self._pool_size)
+
+
+class _PlanTotalsFn(beam.CombineFn):
+    """Planned tables → (records planned, their statistics merged): both totals of the plan in one combine."""
+
+    def create_accumulator(self):
+        return 0, merge_stats([])
+
+    def add_input(self, totals, table):
+        return totals[0] + table.records_planned, merge_stats([totals[1], table.stats])
+
+    def merge_accumulators(self, accumulators):
+        accumulators = list(accumulators)
+        return sum(records for records, _ in accumulators), merge_stats([stats for _, stats in accumulators])
+
+    def extract_output(self, totals):
+        return totals
+
+
+def _planned_and_errors(table, decisions: GlobalDecisions, params: SamplingParams):
+    planned = plan_table(table, decisions, params)
+    yield planned
+    for dead in planned.dead_letters:
+        yield beam.pvalue.TaggedOutput(ERRORS, dead.to_dict())
+
+
 def _record(decisions: GlobalDecisions) -> dict:
     return {"record_format": "lc0", "record_version": decisions.record_version, "record_size": decisions.record_size}
 
 
-def _plan_stats(merged: dict, params: SamplingParams) -> dict:
-    return {"plan": final_stats(merged, params)}
+def _plan_stats(totals: tuple[int, dict], params: SamplingParams) -> dict:
+    return {"plan": final_stats(totals[1], params)}
 
 
 class Lc0Job(beam.PTransform):
@@ -239,20 +285,14 @@ class Lc0Job(beam.PTransform):
         indexed = index_inputs(pbegin, list(plan.inputs), plan.count_method, plan.expected_version,
                                plan.max_chunk_bytes, self._paths.progress_dir, plan.index_cache)
         tables = indexed["index"]
-        decisions = (
-            tables
-            | "SourceSummaries" >> beam.FlatMap(summarize_sources)
-            | "AllSources" >> beam.combiners.ToList()
-            | "Decide" >> beam.Map(lambda summaries, pool: decide(summaries, pool), params.pool_size)
-        )
-        planned = tables | "PlanChunks" >> beam.Map(plan_table, beam.pvalue.AsSingleton(decisions), params)
-        num_shards = (
-            planned
-            | "PlannedRecords" >> beam.Map(lambda table: table.records_planned)
-            | "TotalPlanned" >> beam.CombineGlobally(sum)
-            | "NumShards" >> beam.Map(_num_shards, beam.pvalue.AsSingleton(decisions), plan.sizing,
-                                      ProgressLog(self._paths.progress_dir))
-        )
+        # Few, fused steps: each transform costs Beam ~20 ms of CPU however little it does (tests pin the count).
+        decisions = tables | "Decide" >> beam.CombineGlobally(_DecideFn(params.pool_size))
+        plan_outputs = tables | "PlanChunks" >> beam.FlatMap(
+            _planned_and_errors, beam.pvalue.AsSingleton(decisions), params).with_outputs(ERRORS, main="planned")
+        planned = plan_outputs["planned"]
+        totals = planned | "PlanTotals" >> beam.CombineGlobally(_PlanTotalsFn())
+        num_shards = totals | "NumShards" >> beam.Map(_num_shards, beam.pvalue.AsSingleton(decisions), plan.sizing,
+                                                      ProgressLog(self._paths.progress_dir))
         loaded = (
             planned
             | "ReadTasks" >> beam.FlatMap(
@@ -262,13 +302,8 @@ class Lc0Job(beam.PTransform):
             | "Load" >> beam.ParDo(_LoadTasksFn(self._paths, plan.load_tasks_at_once)).with_outputs(
                 ERRORS, LOAD_STATS, main="refs")
         )
-        plan_errors = planned | "PlanErrors" >> beam.FlatMap(lambda table: [d.to_dict() for d in table.dead_letters])
-        plan_stats = (
-            planned
-            | "PartialStats" >> beam.Map(lambda table: table.stats)
-            | "MergeStats" >> beam.CombineGlobally(merge_stats)
-            | "PlanStats" >> beam.Map(_plan_stats, params)
-        )
+        plan_errors = plan_outputs[ERRORS]
+        plan_stats = totals | "PlanStats" >> beam.Map(_plan_stats, params)
         return JobOutputs(
             shard_refs=loaded["refs"],
             num_shards=num_shards,
@@ -278,8 +313,9 @@ class Lc0Job(beam.PTransform):
         )
 
 
-def _num_shards(records_planned: int, decisions: GlobalDecisions, sizing: ShardSizing,
+def _num_shards(totals: tuple[int, dict], decisions: GlobalDecisions, sizing: ShardSizing,
                 progress: ProgressLog) -> int:
+    records_planned = totals[0]
     num_shards = shard_count(records_planned * decisions.record_size, sizing, WRITE_LESS)
     progress.record("load", total_records=records_planned)
     _LOG.info("plan: %s records, %.1f MiB of output in %d shard(s)", f"{records_planned:,}",

@@ -82,9 +82,9 @@ class _WriteShardFn(beam.DoFn):
         self._pool.stop()
 
 
-def _finalize(shards, record, dead_letters, parts, paths: RunPaths, shard_format: ShardFormat,
+def _finalize(keyed_shards, record, dead_letters, parts, paths: RunPaths, shard_format: ShardFormat,
               compression: ShardCompression, config_text: str, seed: int, started_at: float) -> None:
-    shards = sorted(shards, key=lambda s: s["shard"])
+    shards = sorted(keyed_shards[1], key=lambda s: s["shard"])
     paths.check_live()
     write_dead_letters(paths.errors_path, dead_letters)
     stats = shard_format.finish_stats(parts, shards, dead_letters)
@@ -133,16 +133,18 @@ class WriteShardedOutput(beam.PTransform):
                                                                        ProgressLog(self._paths.progress_dir))
         shards = (
             (job["shard_refs"], every_shard)
-            | "ShardRefs" >> beam.Flatten()
             # Inference can't see through tagged outputs; state the pair type.
-            | "AsShardPairs" >> beam.Map(lambda kv: kv).with_output_types(typing.Tuple[int, typing.Any])
+            | "ShardRefs" >> beam.Flatten().with_output_types(typing.Tuple[int, typing.Any])
             | "Shuffle" >> beam.GroupByKey()
             | "Write" >> beam.ParDo(_WriteShardFn(self._paths, self._format, self._row_group_bytes,
                                                   self._compression, self._shards_at_once), num_shards, record)
         )
+        # One key, so Finalize gets every entry at once: a plain GroupByKey is 2 transforms where a ToList is 9
+        # (its default for an empty input is not needed: every job writes at least one shard).
         return (
             shards
-            | "AllShards" >> beam.combiners.ToList()
+            | "KeyAll" >> beam.Map(lambda entry: (None, entry))
+            | "AllShards" >> beam.GroupByKey()
             | "Finalize" >> beam.Map(_finalize, record, _as_list(job.get("errors")), _as_list(job.get("stats")),
                                      self._paths, self._format, self._compression,
                                      self._config_text, self._seed, self._started_at)
