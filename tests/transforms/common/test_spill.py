@@ -1,6 +1,7 @@
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -149,6 +150,16 @@ def shard_hashes(out_dir, manifest):
     return {s["path"]: (s["sha256"], digest(s["path"])) for s in manifest["shards"]}
 
 
+SHUFFLE_LINE = re.compile(r"shuffle: (\d+) task\(s\) kept in memory \(peak ([\d.]+) MiB of a ([\d.]+) MiB budget\), "
+                          r"(\d+) spilled")
+
+
+def shuffle_line_counts(log_text):
+    """The figures of the run's one `shuffle:` line (docs/operations.md's form, spilled count included)."""
+    (match,) = SHUFFLE_LINE.findall(log_text)
+    return {"held": int(match[0]), "peak": match[1], "budget": match[2], "spilled": int(match[3])}
+
+
 def run_all_positions(data_dir, out_dir, budget, beam_args=()):
     config = validate(parse_config(ALL_POSITIONS.format(data=data_dir, budget=budget)))
     patterns = expand_inputs(list(config.input), LC0_INPUT_SUFFIXES)
@@ -164,9 +175,13 @@ def test_in_memory_and_spilled_shuffles_write_byte_identical_shards(lc0_dataset,
     monkeypatch.setattr(spill, "_write_ipc", lambda *a: writes.append(a[0]) or real_write_ipc(*a))
     caplog.set_level("INFO", logger="shardmill.pipelines.run_job")
     in_memory = run_all_positions(directory, tmp_path / "memory", "")  # the default budget
-    assert writes == [] and "0 spilled" in caplog.text and " 0 task(s) kept" not in caplog.text
+    assert writes == []
+    tasks = shuffle_line_counts(caplog.text)["held"]
+    assert tasks > 0 and shuffle_line_counts(caplog.text)["spilled"] == 0
+    caplog.clear()
     spilled = run_all_positions(directory, tmp_path / "spilled", "shuffle_memory_bytes: 0")
-    assert writes  # every task spilled
+    assert len(writes) == tasks  # every task spilled, and the line says so
+    assert shuffle_line_counts(caplog.text) == {"held": 0, "peak": "0.0", "budget": "0.0", "spilled": tasks}
     assert in_memory == spilled
     assert all(manifest_sha == file_sha for manifest_sha, file_sha in in_memory.values())
 
@@ -177,9 +192,15 @@ def test_worker_processes_share_the_shuffle_through_tmpfs_and_write_the_same_sha
     before = {n for n in os.listdir(spill.SHARED_ROOT) if n.startswith(spill.SHARED_PREFIX)}
     caplog.set_level("INFO", logger="shardmill.pipelines.run_job")
     shared = run_all_positions(directory, tmp_path / "shared", "", MULTI_PROCESSING)
-    assert "shuffle:" in caplog.text and " 0 task(s) kept" not in caplog.text
+    tasks = shuffle_line_counts(caplog.text)["held"]
+    assert tasks > 0 and shuffle_line_counts(caplog.text)["spilled"] == 0
+    caplog.clear()
     spilled = run_all_positions(directory, tmp_path / "spilled", "shuffle_memory_bytes: 0", MULTI_PROCESSING)
-    assert shared == spilled
+    assert shuffle_line_counts(caplog.text) == {"held": 0, "peak": "0.0", "budget": "0.0", "spilled": tasks}
+    caplog.clear()
+    past = run_all_positions(directory, tmp_path / "past", "shuffle_memory_bytes: 1", MULTI_PROCESSING)
+    assert shuffle_line_counts(caplog.text)["spilled"] == tasks  # no task fits in 1 byte: the workers' spills
+    assert shared == spilled == past
     after = {n for n in os.listdir(spill.SHARED_ROOT) if n.startswith(spill.SHARED_PREFIX)}
     assert after <= before  # the run's shared directory went with it
 
