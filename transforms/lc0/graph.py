@@ -12,6 +12,8 @@ batch plus one dead-letter dict per bad file or chunk on the ERRORS output.
 from __future__ import annotations
 
 import logging
+import random
+import typing
 
 import apache_beam as beam
 import pyarrow as pa
@@ -157,8 +159,8 @@ def index_inputs(pipeline, patterns: list[str], count_method: str, expected_vers
 
 
 class _LoadTasksFn(beam.DoFn):
-    """Loads read tasks and hands their per-shard batches to the shuffle (in memory within the run's budget,
-    else spilled), `tasks_at_once` at a time.
+    """Loads read tasks (an element: a random key and its tasks) and hands their per-shard batches to the shuffle
+    (in memory within the run's budget, else spilled), `tasks_at_once` at a time.
 
     Spilling (LZ4) is serial within a task: a second task keeps the other
     core busy meanwhile. Emits (shard, spill ref) pairs, the tasks' dead letters and load stats,
@@ -200,9 +202,10 @@ class _LoadTasksFn(beam.DoFn):
         return ([beam.pvalue.TaggedOutput(ERRORS, dead.to_dict()) for dead in loaded.dead_letters]
                 + [beam.pvalue.TaggedOutput(LOAD_STATS, stats)] + refs)
 
-    def process(self, task):
-        for loaded, refs in self._pool.submit(self._load_and_spill, task):
-            yield from self._outputs(loaded, refs)
+    def process(self, keyed_tasks):
+        for task in keyed_tasks[1]:
+            for loaded, refs in self._pool.submit(self._load_and_spill, task):
+                yield from self._outputs(loaded, refs)
 
     def finish_bundle(self):
         for loaded, refs in self._pool.drain():
@@ -286,28 +289,39 @@ class Lc0Job(beam.PTransform):
                                plan.max_chunk_bytes, self._paths.progress_dir, plan.index_cache)
         tables = indexed["index"]
         # Few, fused steps: each transform costs Beam ~20 ms of CPU however little it does (tests pin the count).
-        decisions = tables | "Decide" >> beam.CombineGlobally(_DecideFn(params.pool_size))
-        plan_outputs = tables | "PlanChunks" >> beam.FlatMap(
-            _planned_and_errors, beam.pvalue.AsSingleton(decisions), params).with_outputs(ERRORS, main="planned")
+        # The combines have no default of their own (a CombineGlobally's is 5 more transforms); the plan's single
+        # values hang off one Impulse instead, with the combines as side inputs whose defaults are an empty
+        # input's (no index table: every file a dead letter).
+        decide_fn, totals_fn = _DecideFn(params.pool_size), _PlanTotalsFn()
+        decided = tables | "Decide" >> beam.CombineGlobally(decide_fn).without_defaults()
+        decisions = beam.pvalue.AsSingleton(decided, default_value=decide_fn.extract_output([]))
+        plan_outputs = tables | "PlanChunks" >> beam.FlatMap(_planned_and_errors, decisions, params).with_outputs(
+            ERRORS, main="planned")
         planned = plan_outputs["planned"]
-        totals = planned | "PlanTotals" >> beam.CombineGlobally(_PlanTotalsFn())
-        num_shards = totals | "NumShards" >> beam.Map(_num_shards, beam.pvalue.AsSingleton(decisions), plan.sizing,
-                                                      ProgressLog(self._paths.progress_dir))
+        totals = beam.pvalue.AsSingleton(
+            planned | "PlanTotals" >> beam.CombineGlobally(totals_fn).without_defaults(),
+            default_value=totals_fn.extract_output(totals_fn.create_accumulator()))
+        once = pbegin | "Once" >> beam.Impulse()
+        num_shards = once | "NumShards" >> beam.Map(lambda _, *args: _num_shards(*args), totals, decisions,
+                                                    plan.sizing, ProgressLog(self._paths.progress_dir))
         loaded = (
             planned
             | "ReadTasks" >> beam.FlatMap(
-                lambda table, n, limit: read_tasks(table.used, params, n, MAX_TASK_BYTES, limit),
-                beam.pvalue.AsSingleton(num_shards), plan.max_chunk_bytes)
-            | "SpreadTasks" >> beam.Reshuffle()
+                lambda table, n, limit: ((random.getrandbits(32), task)
+                                         for task in read_tasks(table.used, params, n, MAX_TASK_BYTES, limit)),
+                beam.pvalue.AsSingleton(num_shards), plan.max_chunk_bytes).with_output_types(
+                    typing.Tuple[int, typing.Any])
+            # Random keys spread the tasks over workers as a Reshuffle would, in 1 transform where it takes 5.
+            | "SpreadTasks" >> beam.GroupByKey()
             | "Load" >> beam.ParDo(_LoadTasksFn(self._paths, plan.load_tasks_at_once)).with_outputs(
                 ERRORS, LOAD_STATS, main="refs")
         )
         plan_errors = plan_outputs[ERRORS]
-        plan_stats = totals | "PlanStats" >> beam.Map(_plan_stats, params)
+        plan_stats = once | "PlanStats" >> beam.Map(lambda _, totals: _plan_stats(totals, params), totals)
         return JobOutputs(
             shard_refs=loaded["refs"],
             num_shards=num_shards,
-            record=decisions | "Record" >> beam.Map(_record),
+            record=once | "Record" >> beam.Map(lambda _, decisions: _record(decisions), decisions),
             errors=(indexed[ERRORS], plan_errors, loaded[ERRORS]) | "AllErrors" >> beam.Flatten(),
             stats=(plan_stats, loaded[LOAD_STATS], indexed[SOURCE_STATS]) | "AllStats" >> beam.Flatten(),
         )

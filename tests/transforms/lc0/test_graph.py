@@ -59,7 +59,7 @@ def test_tasks_loaded_at_once_are_emitted_in_arrival_order_with_their_dead_lette
     load_fn = graph._LoadTasksFn(_Paths(), 2)
     load_fn.setup()
     load_fn.start_bundle()
-    outputs = [o for number in range(5) for o in load_fn.process(_Task(number))]
+    outputs = [o for number in range(5) for o in load_fn.process((number, [_Task(number)]))]
     outputs += list(load_fn.finish_bundle())
     load_fn.teardown()
 
