@@ -125,3 +125,15 @@ def run_shuffle_memory(requested_bytes: int | None, run_id: str, options) -> Shu
 # and the graph, the load tasks in flight (sampling.MAX_TASK_BYTES of frames each), the shards being gathered
 # and encoded, and the allocator's reuse. Larger shards add about twice their size (two are written at once).
 SHUFFLE_WORKING_SET_BYTES = 640 << 20
+
+# What each worker process of a multi_processing run adds to that: its own interpreter, Beam and the work it has
+# in flight (the launcher keeps one of each too). Measured as the peak anonymous + tmpfs memory of the whole process
+# tree in a v1 memory cgroup, every task spilled, 64 MiB shards (the small-budget test's data): one process 390 MiB,
+# 2 workers 865 MiB, 4 workers 1204 MiB, i.e. about 170 MiB a worker over a launcher of about 525 MiB.
+WORKER_PROCESS_WORKING_SET_BYTES = 192 << 20
+
+
+def shuffle_working_set_bytes(worker_processes: int = 0) -> int:
+    """What a local lc0 run's peak memory adds to its budget: in one process (0), or with that many worker
+    processes beside the launcher (--direct_running_mode=multi_processing)."""
+    return SHUFFLE_WORKING_SET_BYTES + worker_processes * WORKER_PROCESS_WORKING_SET_BYTES

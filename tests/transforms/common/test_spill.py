@@ -1,10 +1,13 @@
+import glob
 import hashlib
 import json
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -235,6 +238,75 @@ def test_a_shuffle_past_a_small_budget_spills_and_peak_memory_stays_within_budge
     default_peak, default = run("")
     assert "5 task(s) kept in memory" in default and "0 spilled" in default
     assert default_peak > small_peak + (150 << 20)  # the budget is what kept the rest out of memory
+
+
+def process_tree_memory(session: int) -> int:
+    """Anonymous resident memory of every process in the session, plus the files of its launcher's shared shuffle
+    directory (tmpfs: memory no process's RSS shows unless mapped)."""
+    total = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[3]) != session:  # after the name: state ppid pgrp session
+                    continue
+            with open(f"/proc/{pid}/status") as f:
+                total += sum(int(line.split()[1]) * 1024 for line in f if line.startswith("RssAnon:"))
+        except (OSError, ValueError, IndexError):  # gone meanwhile
+            continue
+    for directory in glob.glob(os.path.join(spill.SHARED_ROOT, f"{spill.SHARED_PREFIX}{session}-*")):
+        for entry in os.scandir(directory) if os.path.isdir(directory) else ():
+            try:
+                total += entry.stat().st_size
+            except OSError:
+                pass
+    return total
+
+
+def run_sampling_tree_memory(command, *, timeout: float, address_limit_bytes: int):
+    """Runs command to its end in its own session, every 50 ms summing process_tree_memory: the peak of the whole
+    tree, which wait4 (one process's high-water mark) cannot give when worker processes run beside the launcher.
+    Returns (exit code, stderr, peak bytes)."""
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (address_limit_bytes, address_limit_bytes))
+
+    with tempfile.TemporaryFile() as err:
+        child = subprocess.Popen([str(c) for c in command], stdout=subprocess.DEVNULL, stderr=err,
+                                 start_new_session=True, preexec_fn=limit)
+        deadline, peak = time.monotonic() + timeout, 0
+        while child.poll() is None:
+            if time.monotonic() > deadline:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+                raise TimeoutError(f"{command} ran past {timeout} s")
+            peak = max(peak, process_tree_memory(child.pid))
+            time.sleep(0.05)
+        err.seek(0)
+        return child.returncode, err.read().decode(errors="replace"), peak
+
+
+@pytest.mark.slow
+def test_with_worker_processes_peak_memory_stays_within_budget_plus_their_working_set(tmp_path):
+    from shardmill.transforms.common.memory_budget import shuffle_working_set_bytes
+    from tests.datagen.lc0 import write_dataset
+    from tests.support.cli import shardmill_command
+
+    data = tmp_path / "data"
+    write_dataset(str(data), num_archives=6, games_per_archive=50, loose_games=0, bad=False, seed=3)
+    budget = 96 << 20
+    config = tmp_path / "budget.textproto"
+    config.write_text(f'input: "{data}"\nlc0 {{ index {{ cache: "none" }} }}\n'
+                      f'output {{ overwrite: true target_shard_bytes: {64 << 20} shuffle_memory_bytes: {budget} }}\n'
+                      f'max_error_fraction: 1\n')
+    returncode, stderr, peak = run_sampling_tree_memory(
+        shardmill_command("-v", "run", "--config", config, "--output", tmp_path / "out", *MULTI_PROCESSING),
+        timeout=600, address_limit_bytes=6 << 30)
+    assert returncode == 0, stderr[-3000:]
+    figures = shuffle_line_counts(stderr)
+    assert figures["held"] >= 1 and figures["spilled"] >= 1  # the budget kept some tasks, not all
+    assert peak <= budget + shuffle_working_set_bytes(worker_processes=2), f"{peak / 2**20:.0f} MiB"
+    assert peak > shuffle_working_set_bytes(worker_processes=0)  # three interpreters: more than one process's
 
 
 @pytest.mark.slow
