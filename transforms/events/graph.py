@@ -20,6 +20,7 @@ import numpy as np
 from shardmill.transforms.common.dead_letter import DeadLetter
 from shardmill.transforms.common.discovery import ERRORS, SOURCE_STATS, DiscoverFiles
 from shardmill.transforms.common.keyed_hash import fingerprint
+from shardmill.transforms.common.known_values import known_value
 from shardmill.transforms.common.progress import ProgressLog, record_total
 from shardmill.transforms.common.spill import write_spill
 from shardmill.transforms.events.formats import EVENT_SUFFIXES, compression_of, format_of
@@ -217,8 +218,9 @@ class LabelJob(beam.PTransform):
 
     def expand(self, pbegin):
         spec = self._spec
-        _ = (pbegin
-             | "InputBytes" >> beam.Create([self._input_bytes])
+        once = pbegin | "Once" >> beam.Impulse()
+        _ = (once
+             | "InputBytes" >> known_value(self._input_bytes)
              | "ReportInputBytes" >> beam.Map(record_total, ProgressLog(self._paths.progress_dir), "sample",
                                               "total_bytes"))
         found = pbegin | "Discover" >> DiscoverFiles(self._inputs, EVENT_SUFFIXES)
@@ -274,7 +276,7 @@ class LabelJob(beam.PTransform):
             )
         return JobOutputs(
             shard_refs=sampled["refs"],
-            num_shards=pbegin | "NumShards" >> beam.Create([self._num_shards]),
+            num_shards=once | "NumShards" >> known_value(self._num_shards),
             record=event_schema | "Record" >> beam.Map(_record, spec.label_column),
             errors=(found[ERRORS], sampled[ERRORS],
                     event_schema | "SchemaErrors" >> beam.FlatMap(lambda s: [d.to_dict() for d in s.dead_letters]))

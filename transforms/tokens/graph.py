@@ -21,6 +21,7 @@ from apache_beam.io.filesystems import FileSystems
 from shardmill.core.kernels import copy_runs
 from shardmill.core.output_contract import generation_dir_name
 from shardmill.transforms.common.filesystem import file_size, is_local, read_all, write_bytes_atomically
+from shardmill.transforms.common.known_values import known_value, known_values
 from shardmill.transforms.common.progress import ProgressLog, record_total
 from shardmill.transforms.common.spill import write_spill
 from shardmill.transforms.job import JobOutputs
@@ -156,13 +157,14 @@ class TokenJob(beam.PTransform):
     def expand(self, pbegin):
         plan = self._plan
         total = plan.tasks[-1][2] if plan.tasks else 0
-        _ = (pbegin
-             | "TotalSamples" >> beam.Create([total])
+        once = pbegin | "Once" >> beam.Impulse()
+        _ = (once
+             | "TotalSamples" >> known_value(total)
              | "ReportTotal" >> beam.Map(record_total, ProgressLog(self._paths.progress_dir), "samples",
                                          "total_samples"))
         refs = (
-            pbegin
-            | "SampleRanges" >> beam.Create(list(plan.tasks))
+            once
+            | "SampleRanges" >> known_values(plan.tasks)
             | "Spread" >> beam.Reshuffle()
             | "Materialize" >> beam.FlatMap(_materialize, staged_indices_path(self._paths), list(plan.prefixes),
                                             plan.blended, plan.seq_length, plan.add_extra_token,
@@ -171,16 +173,16 @@ class TokenJob(beam.PTransform):
         )
         outputs = {}
         if plan.megatron_cache:
-            outputs["stats"] = pbegin | "MegatronCache" >> beam.Create(
-                [{"megatron_cache_directory": megatron_cache_directory(self._paths)}])
+            outputs["stats"] = once | "MegatronCache" >> known_value(
+                {"megatron_cache_directory": megatron_cache_directory(self._paths)})
         return JobOutputs(
             **outputs,
             shard_refs=refs,
-            num_shards=pbegin | "NumShards" >> beam.Create([len(plan.tasks)]),
-            record=pbegin | "Record" >> beam.Create([{
+            num_shards=once | "NumShards" >> known_value(len(plan.tasks)),
+            record=once | "Record" >> known_value({
                 "record_format": "megatron_gpt_samples", "dtype": str(np.dtype(plan.dtype)),
                 "seq_length": plan.seq_length, "add_extra_token": plan.add_extra_token, "row_bytes": plan.row_bytes,
-                "split": plan.split, "blended": plan.blended, "pad_token": plan.pad_token}]),
+                "split": plan.split, "blended": plan.blended, "pad_token": plan.pad_token}),
         )
 
 

@@ -762,3 +762,12 @@ def test_a_column_types_key_naming_no_column_is_a_config_error_naming_the_column
     assert cli.main(["run", "--config", str(config), "--output", str(tmp_path / "p")]) == 2
     assert ("label_sampling.column_types: declares column types of CSV/TSV files ('id', ...), but no input file is "
             "CSV/TSV (Parquet and JSON lines carry their own types)") in capsys.readouterr().err
+
+
+def test_the_label_graph_stays_within_its_transform_count(event_logs):
+    from tests.transforms.lc0.test_graph import leaf_transforms
+
+    directory, _ = event_logs
+    # 58 before the graph was condensed (Beam's cost is per transform; see the lc0 kind's test).
+    assert leaf_transforms(f'input: "{directory}"\nlabel_sampling {{ label_column: "clicked" ratio: 3 }}',
+                           expand_inputs([directory], EVENT_SUFFIXES)) <= 41

@@ -78,3 +78,31 @@ def test_a_local_run_loads_two_tasks_at_once_a_cluster_one():
     config = parse_config('input: "/data"')
     assert kind.plan(config, ["/data"], local_run=True).load_tasks_at_once == min(2, os.cpu_count())
     assert kind.plan(config, ["/data"], local_run=False).load_tasks_at_once == 1
+
+
+def leaf_transforms(config_text: str, inputs: list[str]) -> int:
+    """How many leaf transforms (the steps a runner runs) the job of the config builds, with the shared ending."""
+    from apache_beam.pipeline import PipelineVisitor
+
+    from shardmill.pipelines.config import validate
+    from shardmill.pipelines.run_job import build_graph
+    from shardmill.transforms.output.lifecycle import RunPaths
+
+    config = validate(parse_config(config_text))
+    pipeline = beam.Pipeline()
+    build_graph(pipeline, config, job_kind(config).plan(config, inputs, True), RunPaths("/nonexistent/out", "g", 1),
+                True)
+    leaves = []
+
+    class _Leaves(PipelineVisitor):
+        def visit_transform(self, node):
+            leaves.append(node.full_label)
+
+    pipeline.visit(_Leaves())
+    return len(leaves)
+
+
+def test_the_lc0_graph_stays_within_its_transform_count():
+    # Beam spends ~20 ms of CPU per transform whatever its work (construction, serialisation, the runner's
+    # stages): most of a small run's start-up. 79 before the graph was condensed; raise this only knowingly.
+    assert leaf_transforms('input: "/data"', ["/data"]) <= 41

@@ -169,3 +169,12 @@ def test_the_serialised_graph_does_not_grow_with_the_launchers_indices(corpus):
     large_npz, large = graph_bytes(100_000)
     assert large_npz - small_npz > 500_000
     assert abs(large - small) < 20_000, (small, large)
+
+
+def test_the_tokens_graph_stays_within_its_transform_count(corpus):
+    from tests.transforms.lc0.test_graph import leaf_transforms
+
+    prefix, _ = corpus
+    # 38 before the graph was condensed (Beam's cost is per transform; see the lc0 kind's test).
+    assert leaf_transforms(f'output {{ num_shards: 3 }}\ntoken_dataset {{ path_prefix: "{prefix}" seq_length: 24 '
+                           'num_samples: 500 }', []) <= 19
