@@ -1,4 +1,5 @@
-"""The lc0 job's load step: read tasks loaded and spilled side by side, emitted in the order they came."""
+"""The lc0 job's graph: its load step (read tasks loaded and spilled side by side, emitted in the order they
+came), its size in transforms, a run in which no index table reaches the plan."""
 
 import os
 import threading
@@ -6,6 +7,7 @@ import time
 
 import apache_beam as beam
 import pyarrow as pa
+import pytest
 from apache_beam.utils.windowed_value import WindowedValue
 
 from shardmill.pipelines.config import parse_config
@@ -106,3 +108,24 @@ def test_the_lc0_graph_stays_within_its_transform_count():
     # Beam spends ~20 ms of CPU per transform whatever its work (construction, serialisation, the runner's
     # stages): most of a small run's start-up. 79 before the graph was condensed; raise this only knowingly.
     assert leaf_transforms('input: "/data"', ["/data"]) <= 41
+
+
+@pytest.mark.slow
+def test_a_run_whose_every_file_is_a_dead_letter_commits_one_empty_shard_with_its_plan_stats(tmp_path):
+    # No index table reaches the plan's combines: the decisions, shard count, record and plan stats come from
+    # the side inputs' defaults (the combines have none of their own).
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from shardmill.pipelines.config import validate
+    from shardmill.pipelines.run_job import run_job
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "bad.gz").write_bytes(b"not gzip at all")
+    config = validate(parse_config(f'input: "{tmp_path / "in"}"\nmax_error_fraction: 1\n'
+                                      'lc0 { index { cache: "none" } }'))
+    manifest = run_job(config, [str(tmp_path / "in")], str(tmp_path / "out"), PipelineOptions([])).manifest
+
+    assert [shard["rows"] for shard in manifest["shards"]] == [0]
+    assert manifest["stats"]["accounting"]["errors_by_reason"] == {"not_gzip": 1}
+    assert manifest["stats"]["accounting"]["records_planned"] == 0
+    assert manifest["stats"]["sampling"]["accepted"] == 0
