@@ -82,7 +82,7 @@ def test_sigkill_at_random_moments_leaves_exactly_the_old_or_the_new_output(outp
     assert full.returncode == 0, full.stderr
     rng = np.random.default_rng(2026)
     # Half the moments anywhere in a run, half near its end, where the commit happens.
-    moments = np.concatenate([rng.uniform(0.1, run_seconds, 6), rng.uniform(0.75, 1.1, 6) * run_seconds])
+    moments = np.concatenate([rng.uniform(0.1, run_seconds, 4), rng.uniform(0.75, 1.1, 4) * run_seconds])
     seen = set()
     for moment in rng.permutation(moments):
         other = 3 - current

@@ -141,7 +141,7 @@ def test_sigkill_at_random_moments_of_an_s3_overwrite_leaves_exactly_the_old_or_
     current = 2
     rng = np.random.default_rng(27)
     # Half the moments anywhere in a run, half near its end, where the commit happens.
-    moments = np.concatenate([rng.uniform(0.2, run_seconds, 4), rng.uniform(0.7, 1.05, 4) * run_seconds])
+    moments = np.concatenate([rng.uniform(0.2, run_seconds, 3), rng.uniform(0.7, 1.05, 3) * run_seconds])
     killed = 0
     for moment in rng.permutation(moments):
         other = 3 - current
@@ -154,7 +154,7 @@ def test_sigkill_at_random_moments_of_an_s3_overwrite_leaves_exactly_the_old_or_
         now = content(out)
         assert now in (contents[current], contents[other]), f"a mixed output after SIGKILL at {moment:.2f} s"
         current = 1 if now == contents[1] else 2
-    assert killed >= 4  # most moments caught a run in flight
+    assert killed >= 3  # most moments caught a run in flight
     done = run_shardmill("run", "--config", configs[1], "--overwrite")
     assert done.returncode == 0, done.stderr
     assert content(out) == contents[1] and leftovers(out) == []
