@@ -9,6 +9,7 @@ without the store's settings end as docs/cluster.md says.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -21,6 +22,7 @@ from pyarrow.fs import FileSelector, FileType
 import shardmill
 from shardmill.pipelines import cli
 
+from tests.datagen.lc0 import gzip_bytes, make_game_records
 from tests.pipelines.test_job_contract import write_inputs
 from tests.support.shared_nothing import SharedNothingCluster, isolation_unavailable
 
@@ -242,3 +244,19 @@ def test_workers_without_the_store_settings_fail_the_run_in_one_line_naming_the_
     assert err.strip().count("\n") == 0 and f"s3://{BUCKET}" in err, err
     assert seconds < FAULT_BOUND_SECONDS + 60, seconds
     assert objects(cluster, "no-store") == {}
+
+
+def test_a_local_input_the_workers_cannot_see_fails_the_run_naming_it(cluster):
+    # The launcher finds the files on its own disk; the workers, listing the same path on theirs, find nothing.
+    # Before, the run went on without them and committed an empty output with exit 0.
+    chunk = base64.b64encode(gzip_bytes(make_game_records(6, 3))).decode()
+    made = cluster.run_on("launcher", ["sh", "-c", f"mkdir -p /tmp/local-lc0 && echo {chunk} | base64 -d "
+                                       "> /tmp/local-lc0/a.gz"])
+    assert made.returncode == 0, made.stderr
+    code, out, err = finished(start_run(cluster, "lc0", f"s3://{BUCKET}/local-input", "--input", "/tmp/local-lc0"),
+                              timeout=240)
+    print(f"\na local input on workers with their own disks: exit {code}: {err.strip()}")
+    assert code != 0 and "committed" not in out + err, (out, err)
+    assert err.strip().count("\n") == 0, err
+    assert "input '/tmp/local-lc0': names no file on the host running this step" in err, err
+    assert objects(cluster, "local-input") == {}

@@ -35,6 +35,7 @@ from __future__ import annotations
 import glob
 import os
 import posixpath
+import socket
 import stat
 import typing
 from typing import Iterator
@@ -280,11 +281,21 @@ class _ListInputFn(beam.DoFn):
         self._suffixes = suffixes
 
     def process(self, item):
+        named_anything = False
         for event in list_input(item, self._suffixes):
+            named_anything = True
             if event[0] == "dead":
                 yield beam.pvalue.TaggedOutput(ERRORS, event[1].to_dict())
             else:
                 yield event, None
+        if not named_anything:
+            # The launcher found a file for every input before the run (expand_inputs): an input naming nothing
+            # here is read on another disk than the launcher's (a runner's workers with a local path), or its
+            # files went meanwhile. Either way, writing an output without them would lose them unseen.
+            raise InputError(f"input {item!r}: names no file on the host running this step "
+                             f"({socket.gethostname()}), though the launcher found one: a runner's workers read "
+                             "local paths on their own disks (put inputs on gs:// or s3://, or a disk every host "
+                             "mounts), or its files were removed since")
 
 
 class _CountWithExamples(beam.CombineFn):
@@ -321,8 +332,9 @@ class DiscoverFiles(beam.PTransform):
     SOURCE_STATS ({"skipped_files": {kind: n}, "skipped_file_examples":
     {kind: [path, ...]}}, one per kind skipped; skipped_files_accounting()
     sums them). Each file is listed, and each
-    skipped file counted, once even if several inputs name it. Inputs that
-    name nothing are allowed here; the CLI rejects them before the pipeline.
+    skipped file counted, once even if several inputs name it. An input
+    naming nothing fails the step (InputError): the launcher checked every
+    input names a file (expand_inputs), so here it means another disk.
     """
 
     def __init__(self, inputs: list[str], suffixes: tuple[str, ...],

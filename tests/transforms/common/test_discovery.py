@@ -139,3 +139,25 @@ def test_an_lc0_unsupported_suffix_names_only_the_suffixes_read_not_the_compress
     from shardmill.transforms.lc0.kind import LC0_INPUT_SUFFIXES
 
     assert f"which this job does not read (it reads {reads});" in unsupported_data(f"/in/{name}", LC0_INPUT_SUFFIXES)
+
+
+def test_an_input_naming_no_file_where_the_step_runs_fails_the_step_naming_it(tmp_path):
+    # The launcher found a file for this input; the host listing it (a runner's worker with its own disk) finds
+    # none. Before, the job went on with no files and committed an empty output with exit 0.
+    import apache_beam as beam
+
+    from shardmill.core.errors import InputError
+    from shardmill.pipelines.runner import local_runner
+    from shardmill.transforms.common.discovery import DiscoverFiles
+
+    there = tmp_path / "launchers-disk"
+    there.mkdir()
+    (there / "a.gz").write_bytes(gzip_bytes(make_game_records(6, 3)))
+    gone = tmp_path / "not-on-this-host"
+    options = beam.options.pipeline_options.PipelineOptions()
+    with pytest.raises(Exception) as raised:
+        with beam.Pipeline(runner=local_runner(options), options=options) as p:
+            _ = p | DiscoverFiles([str(there), str(gone)], (".gz",))
+    assert isinstance(raised.value, InputError) or "InputError" in str(raised.value)
+    assert f"input {str(gone)!r}: names no file on the host running this step" in str(raised.value)
+    assert "gs:// or s3://" in str(raised.value)
