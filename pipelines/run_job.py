@@ -27,7 +27,8 @@ from google.protobuf import text_format
 from shardmill.core.errors import EXIT_ERROR_BUDGET, EXIT_FAILED, ShardmillError
 from shardmill.pipelines.config import JobConfig
 from shardmill.pipelines.jobs import job_kind
-from shardmill.pipelines.runner import counter_values, is_local_run, local_runner, make_pipeline
+from shardmill.pipelines.runner import (check_services_reachable, counter_values, is_local_run, local_runner,
+                                        make_pipeline)
 from shardmill.pipelines.terminal import signals_deferred
 from shardmill.transforms.common.filesystem import check_stores_reachable, is_local, use_pipeline_options
 from shardmill.transforms.common.memory_budget import run_shuffle_memory
@@ -182,6 +183,8 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
     lifecycle.check_output_path(output_dir, list(config.input))
     kind = job_kind(config) if kind is None else kind
     local_run = is_local_run(options)
+    if not local_run:
+        check_services_reachable(options)
     plan = kind.plan(config, inputs, local_run)
     claim = OutputClaim(output_dir, run_id or new_run_id())
     try:

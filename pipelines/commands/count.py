@@ -45,13 +45,15 @@ def run_count(patterns: list[str], count_method: str, expected_version: int, opt
               errors_out: str | None = None, max_chunk_bytes: int | None = None, cache=None):
     """Runs discover + index (through the index cache, if any) and writes the index (Parquet), dead letters
     (JSON lines) and summary; returns lc0's CountResult. max_chunk_bytes None: the index's default."""
-    from shardmill.pipelines.runner import is_local_run, make_pipeline
+    from shardmill.pipelines.runner import check_services_reachable, is_local_run, make_pipeline
     from shardmill.transforms.common.progress import ProgressPrinter
     from shardmill.transforms.lc0.count import CountIndex, CountPaths, CountSettings, read_count_result
     from shardmill.transforms.lc0.gzip_chunks import DEFAULT_MAX_CHUNK_BYTES
 
     settings = CountSettings(tuple(patterns), count_method, expected_version, max_chunk_bytes or DEFAULT_MAX_CHUNK_BYTES,
                              cache)
+    if not is_local_run(options):
+        check_services_reachable(options)
     work_dir = count_work_dir(options, index_out, errors_out)
     paths = CountPaths(index=index_out or f"{work_dir}/index.parquet",
                        errors=errors_out or f"{work_dir}/errors.jsonl", summary=f"{work_dir}/summary.json")

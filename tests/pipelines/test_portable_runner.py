@@ -79,3 +79,31 @@ def test_portable_runner_with_external_workers_writes_identical_shards(lc0_datas
     run(job_config(directory, SAMPLED), in_process)
     run(job_config(directory, SAMPLED), portable, portable_services)
     assert file_digests(portable) == file_digests(in_process)
+
+
+@pytest.mark.parametrize("command", ["run", "count"])
+def test_a_job_service_or_worker_pool_that_is_not_there_is_named_in_one_line_before_any_work(command, tmp_path,
+                                                                                            lc0_dataset):
+    # Beam waited without end on a job endpoint nothing answered; a missing worker pool surfaced as gRPC's
+    # multi-line text once the job had started.
+    from tests.support.cli import run_shardmill
+
+    job_port, pool_port = _free_port(), _free_port()
+    out = tmp_path / "out"
+    args = {"run": ["run", "--config", str(_lc0_config(tmp_path, lc0_dataset[0])), "--output", str(out)],
+            "count": ["count", lc0_dataset[0], "--temp_location", str(tmp_path / "temp")]}[command]
+    started = time.monotonic()
+    done = run_shardmill(*args, "--runner=PortableRunner", f"--job_endpoint=localhost:{job_port}",
+                         "--environment_type=EXTERNAL", f"--environment_config=localhost:{pool_port}", timeout=120)
+    seconds = time.monotonic() - started
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 3 and len(lines) == 1, done.stderr
+    assert (f"ServiceUnreachable: the job service (--job_endpoint) at localhost:{job_port} does not accept "
+            f"connections") in lines[0] and f"the worker pool (--environment_config) at localhost:{pool_port}" in lines[0]
+    assert seconds < 60 and not out.exists()
+
+
+def _lc0_config(tmp_path, inputs: str):
+    path = tmp_path / "job.textproto"
+    path.write_text(f'input: "{inputs}"\n')
+    return path
