@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import shutil
 import time
 import uuid
@@ -86,13 +87,35 @@ class RunFailed(ShardmillError, RuntimeError):
         super().__init__(one_line(cause))
 
 
+# Where a traceback names an exception: "ValueError: ..." or, for one outside the builtins, "pkg.mod.Name: ...", at the
+# start of a line or after "; " (some runners relay a traceback's lines joined so).
+_EXCEPTION_HEAD = re.compile(r"(?:^|(?<=; ))(?P<module>(?:[A-Za-z_]\w*\.)*)(?P<name>[A-Z]\w*): ", re.MULTILINE)
+_TRACEBACK_START = "Traceback (most recent call last):"
+
+
+def _exception_lines(text: str) -> list[str]:
+    """Each "Name: message" a (relayed) traceback holds, in order, its message up to the next one or line end."""
+    heads = [m for m in _EXCEPTION_HEAD.finditer(text)
+             if m.group("module") or m.group("name").endswith(("Error", "Exception", "Exit", "Interrupt"))]
+    found = []
+    for head, following in zip(heads, [*heads[1:], None]):
+        end = text.find("\n", head.end())
+        end = len(text) if end < 0 else end
+        if following is not None and following.start() < end:
+            end = following.start()
+        message = text[head.end():end].strip().removesuffix(";").strip()
+        found.append(f"{head.group('name')}: {message}")
+    return found
+
+
 def one_line(err: BaseException) -> str:
-    """The gist of an exception: runners wrap a worker's error in tracebacks and step names."""
+    """The gist of an exception: runners wrap a worker's error in tracebacks and step names (PortableRunner: a
+    RuntimeError whose message is the job's traceback, holding the worker's as "RuntimeError: Traceback ..."), so
+    the innermost exception of the text that is not itself the start of a relayed traceback."""
     text = str(err).strip() or type(err).__name__
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for line in reversed(lines):
-        head = line.split(":", 1)[0]
-        if head.endswith(("Error", "Exception")) and " " not in head:
+    for line in reversed(_exception_lines(text)):
+        if not line.split(": ", 1)[1].startswith(_TRACEBACK_START):
             return line
     for cause in (err.__cause__, err.__context__):
         if isinstance(cause, OSError):

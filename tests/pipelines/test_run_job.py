@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -11,7 +12,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from shardmill.native_ext import load_manifest
 from shardmill.pipelines import cli
 from shardmill.pipelines.config import parse_config, validate
-from shardmill.pipelines.run_job import OutputExistsError, run_job
+from shardmill.pipelines.run_job import OutputExistsError, one_line, run_job
 from shardmill.transforms.common.discovery import expand_inputs
 from shardmill.transforms.lc0.kind import LC0_INPUT_SUFFIXES
 from tests.datagen.lc0 import make_game_records
@@ -315,3 +316,29 @@ def test_config_strings_reach_into_sections_repeated_fields_and_maps():
     config = parse_config('input: "s3://logs/a" input: "b" output { path: "s3://out/x" } label_sampling { '
                           'label_column: "clicked" column_types { key: "id" value: "int64" } }')
     assert set(config_strings(config)) >= {"s3://logs/a", "b", "s3://out/x", "clicked", "id", "int64"}
+
+
+# What PortableRunner raised for a run whose output is on the launcher's disk (captured from the shared-nothing
+# cluster, `shardmill run -v`): the job's traceback, relaying the worker's as "RuntimeError: Traceback ...".
+PORTABLE_LOCAL_OUTPUT_ERROR = (Path(__file__).parent / "relayed_errors" / "portable_runner_local_output.txt").read_text()
+
+
+def test_one_line_of_a_portable_runner_failure_is_the_workers_innermost_error():
+    line = one_line(RuntimeError(PORTABLE_LOCAL_OUTPUT_ERROR))
+    assert line.startswith("RunCancelled: run 20261128T064127Z-6acff412"), line
+    assert "Traceback" not in line and "\n" not in line
+
+
+def test_one_line_finds_the_innermost_error_in_a_relayed_traceback_joined_by_semicolons():
+    joined = "; ".join(line.strip() for line in PORTABLE_LOCAL_OUTPUT_ERROR.splitlines() if line.strip())
+    assert one_line(RuntimeError(joined)).startswith("RunCancelled: run 20261128T064127Z-6acff412 was cancelled")
+    relayed = ("Pipeline job-1 failed in state FAILED: Error running pipeline.; RuntimeError: Traceback (most recent "
+               "call last):; File \"x.py\", line 3, in f; raise OSError(5, 'x'); OSError: [Errno 5] Input/output "
+               "error: 's3://b/out/.staging-1/a.parquet' [while running 'Output/Write']")
+    assert one_line(RuntimeError(relayed)) == ("OSError: [Errno 5] Input/output error: 's3://b/out/.staging-1/a.parquet' "
+                                               "[while running 'Output/Write']")
+
+
+def test_one_line_keeps_a_plain_errors_message_whole():
+    assert one_line(ValueError("bad field; see the docs")) == "ValueError: bad field; see the docs"
+    assert one_line(RuntimeError("ValueError: x; y")) == "ValueError: x; y"

@@ -102,7 +102,9 @@ class RunPaths:
         recreate the staging directory after the launcher removed it.
         """
         if not FileSystems.exists(self.marker):
-            raise RunCancelled(f"run {self.run_id} was cancelled: its staging directory is gone")
+            # Named: on a runner's workers a local output's staging is on the launcher's disk, never seen here.
+            raise RunCancelled(f"run {self.run_id}: its staging directory {self.staging} is gone here (the run was "
+                               f"discarded, or the directory is on another host's disk)")
 
     @property
     def progress_dir(self) -> str | None:
