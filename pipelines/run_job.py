@@ -23,6 +23,7 @@ import uuid
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.runners.runner import PipelineState
 from google.protobuf import text_format
 
 from shardmill.core.errors import EXIT_ERROR_BUDGET, EXIT_FAILED, ShardmillError
@@ -121,6 +122,39 @@ def one_line(err: BaseException) -> str:
         if isinstance(cause, OSError):
             return f"{type(cause).__name__}: {cause}"
     return f"{type(err).__name__}: {lines[0] if lines else ''}"
+
+
+# How long an interrupted launcher waits for the runner to say its job ended after asking it to cancel.
+CANCEL_WAIT_SECONDS = 20.0
+
+
+def cancel_unfinished(result, wait_seconds: float = CANCEL_WAIT_SECONDS) -> None:
+    """Cancels a runner's job that is not over (the launcher was interrupted, or its wait failed): a job left to
+    run would go on holding the runner's workers with nobody to commit what it writes. Waits at most
+    wait_seconds for the runner to report an end; a runner that cannot cancel, or does not answer, is logged."""
+    try:
+        if PipelineState.is_terminal(result.state):
+            return
+        job_service = getattr(result, "_job_service", None)  # PortableRunner's cancel() closes its channel
+        result.cancel()
+        state = result.state if job_service is None else _portable_state(job_service, result)
+        deadline = time.monotonic() + wait_seconds
+        while not PipelineState.is_terminal(state) and time.monotonic() < deadline:
+            time.sleep(0.5)
+            state = result.state if job_service is None else _portable_state(job_service, result)
+        if PipelineState.is_terminal(state):
+            _LOG.debug("the runner's job was cancelled: %s", state)
+        else:
+            _LOG.warning("asked the runner to cancel its job; after %.0f s it is still %s", wait_seconds, state)
+    except Exception as err:  # noqa: BLE001  the run ends as interrupted/failed whatever the runner answers
+        _LOG.warning("could not cancel the runner's job: %s", one_line(err))
+
+
+def _portable_state(job_service, result) -> str:
+    from apache_beam.portability.api import beam_job_api_pb2
+
+    state = job_service.GetState(beam_job_api_pb2.GetJobStateRequest(job_id=result._job_id), timeout=10).state
+    return beam_job_api_pb2.JobState.Enum.Name(state)
 
 
 def _release_shuffle_memory(memory: ShuffleMemory, spill_dir: str) -> None:
@@ -235,13 +269,19 @@ def run_job(config: JobConfig, inputs: list[str], output_dir: str, options: Pipe
         p = make_pipeline(options)
         build_graph(p, config, plan, paths, local_run, kind=kind)
         progress = ProgressPrinter(paths.progress_dir) if paths.progress_dir else None
+        pipeline_result = None
         try:
             if progress:
                 progress.start()
             pipeline_result = p.run()
             pipeline_result.wait_until_finish()
-        except Exception as err:
-            raise RunFailed(err) from err
+        except BaseException as err:
+            if pipeline_result is not None and not local_run:
+                with signals_deferred():
+                    cancel_unfinished(pipeline_result)
+            if isinstance(err, Exception):
+                raise RunFailed(err) from err
+            raise
         finally:
             if progress:
                 progress.stop()

@@ -13,6 +13,7 @@ import base64
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import time
 
@@ -260,3 +261,37 @@ def test_a_local_input_the_workers_cannot_see_fails_the_run_naming_it(cluster):
     assert err.strip().count("\n") == 0, err
     assert "input '/tmp/local-lc0': names no file on the host running this step" in err, err
     assert objects(cluster, "local-input") == {}
+
+
+def job_states(cluster) -> dict[str, str]:
+    """The job service's jobs by id: their states' names (RUNNING, CANCELLED...)."""
+    import grpc
+    from apache_beam.portability.api import beam_job_api_pb2 as api, beam_job_api_pb2_grpc as rpc
+
+    with grpc.insecure_channel(f"localhost:{cluster.job_port}") as channel:
+        jobs = rpc.JobServiceStub(channel).GetJobs(api.GetJobsRequest(), timeout=10).job_info
+    return {job.job_id: api.JobState.Enum.Name(job.state) for job in jobs}
+
+
+# An interrupted launcher's job must be over on the runner within this (seconds after the signal); docs/cluster.md.
+CANCEL_BOUND_SECONDS = 30
+
+
+def test_an_interrupted_launcher_cancels_its_job_on_the_runner_and_leaves_the_store_clean(cluster):
+    output = "interrupted"
+    before = set(job_states(cluster))
+    started = time.monotonic()
+    process = start_run(cluster, "lc0", f"s3://{BUCKET}/{output}")
+    while "RUNNING" not in [state for job, state in job_states(cluster).items() if job not in before]:
+        assert process.poll() is None and time.monotonic() - started < 120, process.communicate()
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    interrupted = time.monotonic()
+    code, out, err = finished(process, timeout=CANCEL_BOUND_SECONDS + 30)
+    seconds = time.monotonic() - interrupted
+    states = {job: state for job, state in job_states(cluster).items() if job not in before}
+    print(f"\nlauncher SIGINTed mid-run: exit {code} {seconds:.1f} s later, its job {states}: {err.strip()}")
+    assert code != 0 and err.strip().count("\n") == 0 and "interrupted (SIGINT)" in err, (code, out, err)
+    assert seconds < CANCEL_BOUND_SECONDS, seconds
+    assert list(states.values()) == ["CANCELLED"], states  # before: RUNNING, for the job service's 900 s wait
+    assert objects(cluster, output) == {}

@@ -7,7 +7,7 @@ still waiting for that worker's answer are never failed, so the job stays RUNNIN
 in 2 s on Beam's data channel). A cluster's runner notices a lost worker (Flink fails the task, Dataflow retries
 the bundle elsewhere, then fails the job); this service does what they do in the end, answering the instructions
 in flight with an error, so a test of a lost worker pool sees the job fail as it would on a cluster. Nothing
-else of Beam's service changes. A worker that dies before it first connects is still waited for.
+else of Beam's service changes but one thing a cluster's runner does too: a cancelled job stays CANCELLED. A worker that dies before it first connects is still waited for.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 import sys
 
-from apache_beam.portability.api import beam_fn_api_pb2
-from apache_beam.runners.portability import local_job_service_main
+from apache_beam.portability.api import beam_fn_api_pb2, beam_job_api_pb2
+from apache_beam.runners.portability import local_job_service, local_job_service_main
 from apache_beam.runners.portability.fn_api_runner import worker_handlers
 
 _beam_read = worker_handlers.ControlConnection._read
@@ -39,6 +39,20 @@ def _read_failing_lost_instructions(self) -> None:
 
 
 worker_handlers.ControlConnection._read = _read_failing_lost_instructions
+
+_beam_set_state = local_job_service.BeamJob.set_state
+
+
+def _set_state_keeping_cancelled(self, new_state):
+    # Beam's service marks a cancelled job CANCELLED and runs it on (its cancel is a TODO), then sets the state
+    # the run ends in (FAILED, once the launcher discarded its staging); a cluster's runner stops the job, which
+    # stays CANCELLED: so here.
+    if self.state == beam_job_api_pb2.JobState.CANCELLED:
+        return None
+    return _beam_set_state(self, new_state)
+
+
+local_job_service.BeamJob.set_state = _set_state_keeping_cancelled
 
 if __name__ == "__main__":
     local_job_service_main.run(sys.argv[1:])
