@@ -113,6 +113,8 @@ def one_line(err: BaseException) -> str:
     """The gist of an exception: runners wrap a worker's error in tracebacks and step names (PortableRunner: a
     RuntimeError whose message is the job's traceback, holding the worker's as "RuntimeError: Traceback ..."), so
     the innermost exception of the text that is not itself the start of a relayed traceback."""
+    if isinstance(err, RunFailed):
+        return str(err)  # its cause's gist already
     text = str(err).strip() or type(err).__name__
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     for line in reversed(_exception_lines(text)):

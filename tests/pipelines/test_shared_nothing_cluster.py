@@ -295,3 +295,15 @@ def test_an_interrupted_launcher_cancels_its_job_on_the_runner_and_leaves_the_st
     assert seconds < CANCEL_BOUND_SECONDS, seconds
     assert list(states.values()) == ["CANCELLED"], states  # before: RUNNING, for the job service's 900 s wait
     assert objects(cluster, output) == {}
+
+
+def test_a_local_output_on_workers_with_their_own_disks_fails_in_one_line_naming_the_error_and_path(cluster):
+    # The launcher stages on its disk; the workers, looking for that staging on theirs, find none.
+    started = time.monotonic()
+    code, out, err = finished(start_run(cluster, "labels", "/tmp/local-output"), timeout=240)
+    print(f"\na local output with workers on their own disks: exit {code} after {time.monotonic() - started:.1f} s: "
+          f"{err.strip()}")
+    assert code == 3 and "committed" not in out + err, (out, err)
+    assert err.strip().count("\n") == 0, err
+    assert "failed: RunCancelled: run " in err and "its staging directory /tmp/local-output/.staging-" in err, err
+    assert "Traceback" not in err
