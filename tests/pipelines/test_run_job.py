@@ -12,7 +12,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from shardmill.native_ext import load_manifest
 from shardmill.pipelines import cli
 from shardmill.pipelines.config import parse_config, validate
-from shardmill.pipelines.run_job import OutputExistsError, one_line, run_job
+from shardmill.pipelines.run_job import OutputExistsError, cancel_unfinished, one_line, run_job
 from shardmill.transforms.common.discovery import expand_inputs
 from shardmill.transforms.lc0.kind import LC0_INPUT_SUFFIXES
 from tests.datagen.lc0 import make_game_records
@@ -342,3 +342,29 @@ def test_one_line_finds_the_innermost_error_in_a_relayed_traceback_joined_by_sem
 def test_one_line_keeps_a_plain_errors_message_whole():
     assert one_line(ValueError("bad field; see the docs")) == "ValueError: bad field; see the docs"
     assert one_line(RuntimeError("ValueError: x; y")) == "ValueError: x; y"
+
+
+class _RunnerResult:
+    """A runner's PipelineResult as Dataflow's: state and cancel(), no job-service stub."""
+
+    def __init__(self, state: str, cancel_error: Exception | None = None):
+        self.state, self.cancel_error, self.cancelled = state, cancel_error, 0
+
+    def cancel(self):
+        self.cancelled += 1
+        if self.cancel_error:
+            raise self.cancel_error
+        self.state = "CANCELLED"
+
+
+def test_an_unfinished_job_is_cancelled_and_a_finished_one_left_alone():
+    running, done = _RunnerResult("RUNNING"), _RunnerResult("FAILED")
+    cancel_unfinished(running)
+    cancel_unfinished(done)
+    assert (running.cancelled, running.state, done.cancelled) == (1, "CANCELLED", 0)
+
+
+def test_a_runner_that_cannot_cancel_is_logged_and_the_run_ends_as_it_would(caplog):
+    result = _RunnerResult("RUNNING", RuntimeError("HttpForbiddenError: not allowed to cancel"))
+    cancel_unfinished(result)
+    assert "could not cancel the runner's job: HttpForbiddenError: not allowed to cancel" in caplog.text
