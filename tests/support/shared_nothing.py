@@ -46,6 +46,8 @@ def isolation_unavailable() -> str | None:
                f"{os.geteuid()}"
     if shutil.which("unshare") is None or shutil.which("nsenter") is None:
         return "unshare or nsenter (util-linux) is not installed"
+    if not os.path.isdir(STASH):
+        return f"{STASH} (where a private directory's original tree is reached while it is replaced) is missing"
     probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
                             "mount -t tmpfs tmpfs /tmp && test ! -e /tmp/.probe"],
                            capture_output=True, text=True, timeout=30)
@@ -70,10 +72,27 @@ def read_only_paths() -> list[str]:
     return [p for i, p in enumerate(ordered) if not any(p.startswith(q.rstrip("/") + "/") for q in ordered[:i])]
 
 
-def _private_side_script(read_only: list[str], command: list[str]) -> str:
-    """The shell that sets up one side's namespace, then execs its command there."""
+# Where a private directory's original tree is reached for a moment while its tmpfs is mounted (an existing
+# directory outside the private ones, covered in the side's namespace only).
+STASH = "/mnt"
+
+
+def _private_side_script(read_only: list[str], command: list[str], keep: list[str] = ()) -> str:
+    """The shell that sets up one side's namespace, then execs its command there.
+
+    Paths in read_only or keep that lie under a private directory (a checkout or venv under /tmp, as a CI
+    clone may be) are bound back into the side's tmpfs from the original tree: the side runs from them."""
     lines = ["set -e"]
-    lines += [f"mount -t tmpfs -o size=1g,mode=1777 tmpfs {d}" for d in PRIVATE_DIRS]
+    needed = sorted({*read_only, *keep}, key=len)
+    for d in PRIVATE_DIRS:
+        under = [p for p in needed if p.startswith(d.rstrip("/") + "/")]
+        if under:
+            lines.append(f"mount --bind {d} {STASH}")
+        lines.append(f"mount -t tmpfs -o size=1g,mode=1777 tmpfs {d}")
+        for path in under:
+            lines += [f"mkdir -p {_quote(path)}", f"mount --bind {_quote(STASH + path[len(d):])} {_quote(path)}"]
+        if under:
+            lines.append(f"umount {STASH}")
     for path in read_only:
         lines.append(f"mount --bind {_quote(path)} {_quote(path)}")
         lines.append(f"mount -o remount,bind,ro {_quote(path)}")
@@ -180,7 +199,7 @@ class SharedNothingCluster:
         checkout = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         command = ["env", f"PYTHONPATH={checkout}", sys.executable, "-m", "tests.support.job_service",
                    "--port", str(self.job_port)]
-        script = _private_side_script([], command)
+        script = _private_side_script([], command, keep=[checkout, *read_only_paths()])
         self._start("launcher", ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
                     self._side_env())
 
