@@ -14,6 +14,9 @@ claim written first (by the store's own timestamp, ties by name) holds the
 directory; the others withdraw. This is safe as long as listings are strongly
 consistent and the store stamps an object when it becomes visible (GCS and
 S3 both do): if A was stamped before B, B's listing (after B's write) sees A.
+Stamps tie within the store's granularity (S3: a second), so a run lists only
+once the store has stamped its heartbeat a second past its claim: every claim
+stamped no later than its own is then visible to it.
 
 A claim is stale when its holder provably died (same host, pid gone or
 reused) — then the next run breaks it by itself and says so — or when its
@@ -46,6 +49,10 @@ _LOG = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 30.0
 STALE_AFTER_SECONDS = 300.0
+# Object stores' timestamps: S3 stamps to the second (GCS to the millisecond). A claim lists the others only once
+# the store's clock is this far past its own stamp, waiting at most STAMP_WAIT_SECONDS.
+STAMP_GRANULARITY_SECONDS = 1.0
+STAMP_WAIT_SECONDS = 15.0
 
 
 class ClaimHeldError(ShardmillError, RuntimeError):
@@ -256,7 +263,7 @@ class OutputClaim:
         base = self._claims_dir()
         mine = f"{base}/{self._info.run_id}.json"
         self._write(mine, self._info.to_bytes())
-        self._write(f"{base}/{self._info.run_id}.alive", self._heartbeat())
+        self._wait_past_stamp(mine, f"{base}/{self._info.run_id}.alive")
         listed = {m.path: m for m in FileSystems.match([f"{base}/*"])[0].metadata_list}
         now = time.time()
         live, notes = [], []
@@ -286,6 +293,27 @@ class OutputClaim:
                 raise ClaimHeldError(f"output {self._dir} is claimed by an unreadable claim {live[0][1]}")
             raise self._refusal(holder, age)
         return notes
+
+    def _wait_past_stamp(self, mine: str, alive: str) -> None:
+        """Writes the heartbeat until the store stamps it at least STAMP_GRANULARITY_SECONDS after this claim.
+
+        S3 stamps objects to the second: two claims written within one second tie, and the one that listed
+        before the other was visible would see itself alone and win, while the other, seeing both, breaks the
+        tie by name and may win too (seen: two winners of three). Listing only once the store's own clock has
+        passed this claim's second means every claim stamped no later than this one is visible to the listing,
+        so both see both and agree."""
+        stamp = FileSystems.match([mine])[0].metadata_list[0].last_updated_in_seconds
+        deadline = time.monotonic() + STAMP_WAIT_SECONDS
+        while True:
+            self._write(alive, self._heartbeat())
+            matched = FileSystems.match([alive])[0].metadata_list
+            if matched and matched[0].last_updated_in_seconds >= stamp + STAMP_GRANULARITY_SECONDS:
+                return
+            if time.monotonic() > deadline:
+                self._delete_listing_claim()
+                raise ClaimLostError(f"output {self._dir}: the store's clock did not pass the claim's stamp within "
+                                     f"{STAMP_WAIT_SECONDS:g} s; cannot tell which run claimed first")
+            time.sleep(0.25)
 
     def _delete_listing_claim(self) -> None:
         base = self._claims_dir()

@@ -600,3 +600,26 @@ def test_the_manifest_has_the_same_fields_for_every_job_kind(outputs, tmp_path):
 def test_a_missing_manifest_is_refused_by_the_reader(tmp_path):
     with pytest.raises(OutputError, match="no .manifest.json"):
         load_manifest(str(tmp_path))
+
+
+def test_listing_protocol_claims_stamped_in_one_second_of_the_store_do_not_both_win(tmp_path, listing_protocol,
+                                                                                    monkeypatch):
+    # S3 stamps objects to the second. A claim that listed before another became visible saw itself alone and won;
+    # the other, written in the same second, saw both, broke the tie by name and won too.
+    real_match = claim_module.FileSystems.match
+
+    def match_stamped_to_the_second(patterns):
+        results = real_match(patterns)
+        for result in results:
+            for meta in result.metadata_list:
+                meta.last_updated_in_seconds = float(int(meta.last_updated_in_seconds))
+        return results
+
+    monkeypatch.setattr(claim_module.FileSystems, "match", match_stamped_to_the_second)
+    while time.time() % 1 > 0.3:  # both claims written early in one second
+        time.sleep(0.05)
+    first = OutputClaim(str(tmp_path), "z-first")
+    first.acquire()
+    with pytest.raises(ClaimHeldError, match="z-first"):
+        OutputClaim(str(tmp_path), "a-second").acquire()  # its name sorts first: a tie would be its win
+    first.release()
