@@ -178,7 +178,10 @@ def test_a_second_run_on_the_same_output_is_refused_naming_the_first(outputs, lc
     first = subprocess.Popen(shardmill_command("run", "--config", slow, "--output", out),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while not os.path.exists(out / ".claim.json") and time.monotonic() < deadline:
+    # Stopped once its claim is written, not merely created: an empty claim names no holder (the second run
+    # then says "contended", rightly refused but not what this test pins).
+    while not (os.path.exists(out / ".claim.json") and os.path.getsize(out / ".claim.json") > 0) \
+            and time.monotonic() < deadline:
         time.sleep(0.005)
     first.send_signal(signal.SIGSTOP)  # holds the claim for as long as the second run needs
     try:
