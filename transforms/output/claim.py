@@ -275,7 +275,9 @@ class OutputClaim:
             try:
                 with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
                     holder = ClaimInfo.parse(f.read())
-            except (OSError, ValueError, KeyError, TypeError):
+            except Exception:  # noqa: BLE001 - unreadable, or gone: Beam's filesystems raise their own errors
+                if path != mine and not FileSystems.exists(path):
+                    continue  # withdrawn since the listing (a run that lost deletes its claim)
                 holder = None
             if path != mine:
                 reason = self._breakable(holder, age, break_stale)
