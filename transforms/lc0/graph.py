@@ -12,7 +12,6 @@ batch plus one dead-letter dict per bad file or chunk on the ERRORS output.
 from __future__ import annotations
 
 import logging
-import random
 import typing
 
 import apache_beam as beam
@@ -159,7 +158,7 @@ def index_inputs(pipeline, patterns: list[str], count_method: str, expected_vers
 
 
 class _LoadTasksFn(beam.DoFn):
-    """Loads read tasks (an element: a random key and its tasks) and hands their per-shard batches to the shuffle
+    """Loads read tasks (an element: a spreading key and its tasks) and hands their per-shard batches to the shuffle
     (in memory within the run's budget, else spilled), `tasks_at_once` at a time.
 
     Spilling (LZ4) is serial within a task: a second task keeps the other
@@ -261,6 +260,12 @@ def _planned_and_errors(table, decisions: GlobalDecisions, params: SamplingParam
         yield beam.pvalue.TaggedOutput(ERRORS, dead.to_dict())
 
 
+def _spread_key(task) -> int:
+    """A stable, well-spread key of a read task: its source, first chunk and first emission."""
+    first = task.chunks.slice(0, 1).to_pylist()[0]
+    return fingerprint(f"{task.source}\0{first['chunk']}\0{first['emit_start']}") & 0xFFFFFFFF
+
+
 def _record(decisions: GlobalDecisions) -> dict:
     return {"record_format": "lc0", "record_version": decisions.record_version, "record_size": decisions.record_size}
 
@@ -307,11 +312,12 @@ class Lc0Job(beam.PTransform):
         loaded = (
             planned
             | "ReadTasks" >> beam.FlatMap(
-                lambda table, n, limit: ((random.getrandbits(32), task)
+                lambda table, n, limit: ((_spread_key(task), task)
                                          for task in read_tasks(table.used, params, n, MAX_TASK_BYTES, limit)),
                 beam.pvalue.AsSingleton(num_shards), plan.max_chunk_bytes).with_output_types(
                     typing.Tuple[int, typing.Any])
-            # Random keys spread the tasks over workers as a Reshuffle would, in 1 transform where it takes 5.
+            # Keys hashed from each task's identity spread the tasks over workers as a Reshuffle's random keys
+            # would, in 1 transform where it takes 5, and the same on every run (rule: seeded randomness).
             | "SpreadTasks" >> beam.GroupByKey()
             | "Load" >> beam.ParDo(_LoadTasksFn(self._paths, plan.load_tasks_at_once)).with_outputs(
                 ERRORS, LOAD_STATS, main="refs")
