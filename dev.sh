@@ -6,7 +6,7 @@
 # Both work on a fresh clone with only Python (>= 3.10), pip, a C++ compiler and CMake.
 # And for the native code:
 #   bash dev.sh asan   the extension and its C++ unit tests under AddressSanitizer (.venv-asan), then the
-#                      reader's and the lc0 tensors' Python tests against that extension (not the torch and
+#                      reader's, the lc0 tensors' and the job kernels' Python tests against that extension (not the torch and
 #                      Grain adapters': those frameworks are not built for a preloaded ASan runtime)
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -84,7 +84,7 @@ case "${1:-}" in
       ASAN_OPTIONS=detect_leaks=0 SHARDMILL_NATIVE_TESTS_DIR=build/native-tests-asan \
       "$PY" -m pytest -q -p no:cacheprovider -n "${SHARDMILL_TEST_WORKERS:-2}" tests/native_ext/test_reader.py \
       tests/native_ext/test_dataset.py \
-      tests/native_ext/test_lc0_tensors.py --all -k "not torch_adapter and not grain_adapter" "${@:2}"
+      tests/native_ext/test_lc0_tensors.py tests/core/test_kernels.py --all -k "not torch_adapter and not grain_adapter" "${@:2}"
     ;;
   *)
     echo "usage: bash dev.sh demo|test|asan [pytest args]" >&2

@@ -3,7 +3,8 @@
 For a ReadTask (chunks of one or more sources, each in file order) it inflates each chunk,
 verifies the indexed record count and every record's version, emits the
 positions of every planned use, and gives each emitted record its shard and
-order key. The output is one Arrow RecordBatch per shard (SHUFFLE_SCHEMA).
+order key. The output is one Arrow RecordBatch per shard (SHUFFLE_SCHEMA), its records packed
+(kernels.pack_records: runs of repeated words, ~6x smaller for lc0) for as long as the shuffle holds them.
 """
 
 from __future__ import annotations
@@ -29,16 +30,25 @@ from shardmill.transforms.lc0.sampling import ReadTask, emissions
 INFLATE_THREADS = min(4, os.cpu_count() or 1)
 
 
-def shuffle_schema(record_size: int) -> pa.Schema:
-    """Columns of the batches moved by the shuffle; order_key is dropped when shards are written."""
-    return pa.schema([
-        pa.field("frame", pa.binary(record_size), nullable=False),  # one raw lc0 record
-        pa.field("source", pa.string(), nullable=False),  # sort key of the chunk's source
-        pa.field("chunk", pa.int32(), nullable=False),  # chunk ordinal within the source
-        pa.field("use_count", pa.int32(), nullable=False),  # the use that emitted the record
-        pa.field("position", pa.int32(), nullable=False),  # record index within the chunk
-        pa.field("order_key", pa.uint64(), nullable=False),
-    ])
+# Where each record came from, in the shuffle and in the shards.
+IDENTITY_FIELDS = [
+    pa.field("source", pa.string(), nullable=False),  # sort key of the chunk's source
+    pa.field("chunk", pa.int32(), nullable=False),  # chunk ordinal within the source
+    pa.field("use_count", pa.int32(), nullable=False),  # the use that emitted the record
+    pa.field("position", pa.int32(), nullable=False),  # record index within the chunk
+]
+# Columns of the batches moved by the shuffle; the shard writer unpacks the records and drops the order key.
+SHUFFLE_SCHEMA = pa.schema([
+    pa.field("packed_frame", pa.large_binary(), nullable=False),  # one lc0 record, kernels.pack_records
+    *IDENTITY_FIELDS,
+    pa.field("order_key", pa.uint64(), nullable=False),
+])
+
+
+def unpack_frames(packed: pa.Array, dest_rows: np.ndarray, out: np.ndarray) -> None:
+    """Unpacks a shuffle batch's packed_frame column: record i into out[dest_rows[i]] (rows of the record size)."""
+    offsets = np.frombuffer(packed.buffers()[1], dtype=np.int64, count=len(packed) + 1, offset=packed.offset * 8)
+    kernels.unpack_records(packed.buffers()[2] or b"", offsets, dest_rows, out)
 
 
 @dataclasses.dataclass
@@ -174,14 +184,14 @@ def load_task(task: ReadTask, opener: Opener = default_opener, threads: int = IN
                     fail(i, "unreadable", str(err))
         while pending:
             collect_oldest()
-    # Columns in shard order; rows of failed chunks (never written) are dropped.
+    # Columns in shard order; rows of failed chunks (never written) are dropped. The frame's rows are packed
+    # shard by shard into arrays of their own (the frame is then free for the next task: its pages are reused,
+    # while the packed records, ~6x fewer pages, wait for their shard).
     keep = ~failed[row_of][by_shard]
-    if not keep.all():
-        frame = frame[keep]
+    frame_rows = np.flatnonzero(keep)
     by_shard = by_shard[keep]
     row_of, chunk, use, pos, order = row_of[by_shard], chunk[by_shard], use[by_shard], pos[by_shard], order[by_shard]
     bounds = np.searchsorted(shard[by_shard], np.arange(task.num_shards + 1))
-    schema = shuffle_schema(record_size)
     sort_keys, key_of_row = np.unique(np.array([row["sort_key"] for row in rows], dtype=object).astype(str),
                                       return_inverse=True)
     sort_keys = pa.array(sort_keys.tolist(), pa.string())
@@ -191,17 +201,18 @@ def load_task(task: ReadTask, opener: Opener = default_opener, threads: int = IN
         lo, hi = bounds[s], bounds[s + 1]
         if hi == lo:
             continue
+        offsets, packed = kernels.pack_records(frame, frame_rows[lo:hi])
         batches[s] = pa.RecordBatch.from_arrays(
             [
-                pa.FixedSizeBinaryArray.from_buffers(schema.field("frame").type, int(hi - lo),
-                                                     [None, pa.py_buffer(frame[lo:hi])]),
+                pa.LargeBinaryArray.from_buffers(pa.large_binary(), int(hi - lo),
+                                                 [None, pa.py_buffer(offsets), pa.py_buffer(packed)]),
                 pa.DictionaryArray.from_arrays(key_of_row[row_of[lo:hi]], sort_keys).cast(pa.string()),
                 pa.array(chunk[lo:hi]),
                 pa.array(use[lo:hi]),
                 pa.array(pos[lo:hi].astype(np.int32)),
                 pa.array(order[lo:hi]),
             ],
-            schema=schema,
+            schema=SHUFFLE_SCHEMA,
         )
     # A chunk split over several tasks is counted (loaded, or failed) by the task holding its
     # first emission, and each of its uses by the task holding the use's first emission.
@@ -210,7 +221,7 @@ def load_task(task: ReadTask, opener: Opener = default_opener, threads: int = IN
     uses_written = sum(_uses_starting_in(row, task.params.position_count) for row, bad in zip(rows, failed)
                        if not bad)
     reported = [d for i, d in dead if first_part[i]]
-    return LoadedTask(batches, reported, loaded, uses_written, len(frame))
+    return LoadedTask(batches, reported, loaded, uses_written, len(frame_rows))
 
 
 def _uses_starting_in(row: dict, position_count: int) -> int:

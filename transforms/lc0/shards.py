@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from shardmill.transforms.common.discovery import skipped_files_accounting
 from shardmill.transforms.common.pooled import pooled_empty
-from shardmill.transforms.lc0.loading import shuffle_schema
+from shardmill.transforms.lc0.loading import IDENTITY_FIELDS, SHUFFLE_SCHEMA, unpack_frames
 from shardmill.transforms.lc0.report import accounting
 from shardmill.transforms.output.shard_format import ShardFormat
 
@@ -21,7 +21,7 @@ ORDER_COLUMNS = ["order_key", "source", "chunk", "use_count", "position"]
 
 
 def output_schema(record_size: int) -> pa.Schema:
-    return shuffle_schema(record_size).remove(shuffle_schema(record_size).get_field_index("order_key"))
+    return pa.schema([pa.field("frame", pa.binary(record_size), nullable=False), *IDENTITY_FIELDS])
 
 
 def _final_order(table: pa.Table) -> np.ndarray:
@@ -36,28 +36,26 @@ def _final_order(table: pa.Table) -> np.ndarray:
 def shard_table(batches: list[pa.RecordBatch], record_size: int) -> pa.Table:
     """The shard's rows in their final order, without the order key.
 
-    The frames are copied once, from the arriving batches straight to their
-    final row (numpy: one memcpy per row, faster than Arrow's take on
-    fixed_size_binary); only the small columns are concatenated first.
+    Each record is unpacked once, from the arriving batches straight to its
+    final row of a buffer reused shard after shard; only the small columns
+    are concatenated first.
     """
-    schema = shuffle_schema(record_size)
-    small = pa.Table.from_batches([b.drop_columns(["frame"]) for b in batches],
-                                  schema=schema.remove(schema.get_field_index("frame"))).combine_chunks()
+    small = pa.Table.from_batches([b.drop_columns(["packed_frame"]) for b in batches],
+                                  schema=SHUFFLE_SCHEMA.remove(SHUFFLE_SCHEMA.get_field_index("packed_frame")))
+    small = small.combine_chunks()
     order = _final_order(small)
     final_row = np.empty_like(order)
     final_row[order] = np.arange(len(order))
-    gathered = pooled_empty((len(order), record_size))
+    frames = pooled_empty((len(order), record_size))
     start = 0
     for batch in batches:
-        frames = batch.column("frame")
-        rows = np.frombuffer(frames.buffers()[1], dtype=np.uint8, count=len(frames) * record_size,
-                             offset=frames.offset * record_size).reshape(len(frames), record_size)
-        gathered[final_row[start:start + len(frames)]] = rows
-        start += len(frames)
+        unpack_frames(batch.column("packed_frame"), final_row[start:start + batch.num_rows], frames)
+        start += batch.num_rows
+    schema = output_schema(record_size)
     columns = [pa.FixedSizeBinaryArray.from_buffers(schema.field("frame").type, len(order),
-                                                    [None, pa.py_buffer(gathered)])]
+                                                    [None, pa.py_buffer(frames)])]
     columns += [small[name].take(order) for name in ("source", "chunk", "use_count", "position")]
-    return pa.Table.from_arrays(columns, schema=output_schema(record_size))
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 # The lc0 shards' Parquet options: `source` repeats within a row group, the rest does not.

@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "chunk_records.h"
 #include "label_sampling.h"
 #include "lc0_tensors.h"
+#include "record_packing.h"
 #include "status.h"
 #include "token_runs.h"
 
@@ -200,6 +202,67 @@ PYBIND11_MODULE(_kernels, m) {
       "out[dest_rows[i]]. Returns None when bytes follow a member that are not a member (use the streaming "
       "path), -1 on success, else the first record with another version (nothing copied); raises NativeError "
       "when a member is broken or the payload has another size than the index says.");
+
+  m.def(
+      "pack_records",
+      [](py::array_t<uint8_t, py::array::c_style> records,
+         py::array_t<int64_t, py::array::c_style | py::array::forcecast> rows) {
+        if (records.ndim() != 2) throw shardmill::NativeError("records must be a (rows, record_bytes) uint8 array");
+        const int64_t record_bytes = records.shape(1), count = rows.size();
+        const int64_t* row = rows.data();
+        for (int64_t k = 0; k < count; ++k) {
+          if (row[k] < 0 || row[k] >= records.shape(0)) throw shardmill::NativeError("row out of range");
+        }
+        py::array_t<int64_t> offsets(static_cast<py::ssize_t>(count + 1));
+        int64_t* at = offsets.mutable_data();
+        const uint8_t* data = records.data();
+        // Packed first into a per-thread buffer kept across calls (its pages fault in once), then copied to an
+        // array of exactly the packed size: one pass over the records, no page touched for the worst case.
+        thread_local std::vector<uint8_t> scratch;
+        {
+          py::gil_scoped_release release;
+          const int64_t most = shardmill::MaxPackedBytes(record_bytes, count);
+          if (static_cast<int64_t>(scratch.size()) < most) scratch.resize(most);
+          shardmill::PackRecords(data, record_bytes, row, count, at, scratch.data());
+        }
+        py::array_t<uint8_t> packed(static_cast<py::ssize_t>(at[count]));
+        uint8_t* out = packed.mutable_data();
+        {
+          py::gil_scoped_release release;
+          std::memcpy(out, scratch.data(), at[count]);
+        }
+        return py::make_tuple(offsets, packed);
+      },
+      py::arg("records"), py::arg("rows"),
+      "Packs records[rows[k]] as runs of repeated 32-bit words (record_packing.h), GIL released: (offsets, "
+      "packed), record k being packed[offsets[k]:offsets[k + 1]].");
+
+  m.def(
+      "unpack_records",
+      [](py::buffer packed, py::array_t<int64_t, py::array::c_style | py::array::forcecast> offsets,
+         py::array_t<int64_t, py::array::c_style | py::array::forcecast> dest_rows,
+         py::array_t<uint8_t, py::array::c_style> out) {
+        py::buffer_info in = packed.request();
+        if (in.itemsize != 1 || in.ndim != 1) throw shardmill::NativeError("packed must be a 1-D byte buffer");
+        if (offsets.size() != dest_rows.size() + 1) {
+          throw shardmill::NativeError("offsets must have one more entry than dest_rows");
+        }
+        if (out.ndim() != 2 || !out.writeable()) throw shardmill::NativeError("out must be a writable (rows, record_bytes) uint8 array");
+        const uint8_t* data = static_cast<const uint8_t*>(in.ptr);
+        const int64_t* at = offsets.data();
+        const int64_t* rows = dest_rows.data();
+        const int64_t count = dest_rows.size(), out_rows = out.shape(0), record_bytes = out.shape(1);
+        uint8_t* target = out.mutable_data();
+        arrow::Status status;
+        {
+          py::gil_scoped_release release;
+          status = shardmill::UnpackRecords(data, in.size, at, count, record_bytes, rows, out_rows, target);
+        }
+        shardmill::ThrowIfError(status, "unpack");
+      },
+      py::arg("packed"), py::arg("offsets"), py::arg("dest_rows"), py::arg("out"),
+      "Unpacks packed record k (packed[offsets[k]:offsets[k + 1]], from pack_records) into out[dest_rows[k]], "
+      "GIL released; raises NativeError naming the first record that is not a valid packing.");
 
   m.def("lc0_tensors", &Lc0Tensors, py::arg("frames"), py::arg("convention") = "loader",
         py::arg("planes") = "float32", py::arg("threads") = 1, py::arg("copy_policy") = true,
