@@ -37,6 +37,10 @@ from shardmill.pipelines.commands import (  # noqa: F401  (the exit codes, re-ex
 # Read when pyarrow loads, so set before any import of it; worker processes inherit it; the user's wins.
 MIMALLOC_PURGE_DELAY_MS = "250"
 os.environ.setdefault("MIMALLOC_PURGE_DELAY", MIMALLOC_PURGE_DELAY_MS)
+# numpy's bundled OpenBLAS starts a thread per core when numpy loads, and they spin a while for work the job
+# never gives them (no shardmill kernel calls BLAS): ~0.1 s of CPU per process (perf: blas_thread_server 1.3%
+# of an lc0 run). Read when numpy loads; worker processes inherit it; the user's wins.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 # Packages no shardmill command uses that Beam and pyarrow load whenever they are installed: pandas (Beam's
 # typehints register its batch converters on import; pyarrow imports it at its first conversion of a Python

@@ -145,15 +145,17 @@ def test_a_label_run_with_worker_processes_reports_its_sample_stage_and_no_worke
     assert not [line for line in lines if re.match(r"(DEBUG|INFO|WARNING):", line)], result.stderr
 
 
-@pytest.mark.parametrize("preset, expected", [(None, cli.MIMALLOC_PURGE_DELAY_MS), ("25", "25")])
-def test_the_command_keeps_freed_arrow_pages_before_pyarrow_loads(preset, expected):
-    env = {k: v for k, v in os.environ.items() if k != "MIMALLOC_PURGE_DELAY"}
+@pytest.mark.parametrize("variable, preset, expected", [
+    ("MIMALLOC_PURGE_DELAY", None, cli.MIMALLOC_PURGE_DELAY_MS), ("MIMALLOC_PURGE_DELAY", "25", "25"),
+    ("OPENBLAS_NUM_THREADS", None, "1"), ("OPENBLAS_NUM_THREADS", "4", "4")])
+def test_the_command_sets_its_allocator_and_blas_threads_before_pyarrow_and_numpy_load(variable, preset, expected):
+    env = {k: v for k, v in os.environ.items() if k != variable}
     if preset is not None:
-        env["MIMALLOC_PURGE_DELAY"] = preset
+        env[variable] = preset
     probe = ("import sys, os; import shardmill.pipelines.cli; "
-             "print('pyarrow' in sys.modules, os.environ['MIMALLOC_PURGE_DELAY'])")
+             f"print('pyarrow' in sys.modules, 'numpy' in sys.modules, os.environ['{variable}'])")
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["False", expected]
+    assert out.split() == ["False", "False", expected]
 
 
 @pytest.mark.slow
