@@ -7,6 +7,8 @@
 #include <arrow/status.h>
 #include <libdeflate.h>
 
+#include "record_packing.h"
+
 namespace shardmill {
 namespace {
 
@@ -37,8 +39,8 @@ uint32_t LoadLe32(const uint8_t* p) {
 
 }  // namespace
 
-arrow::Result<ChunkRecordsResult> ScatterChunkRecords(const ChunkRecordsSpec& spec, const int64_t* positions,
-                                                      const int64_t* dest_rows, int64_t count, uint8_t* out) {
+arrow::Result<ChunkRecordsResult> PackChunkRecords(const ChunkRecordsSpec& spec, const int64_t* positions,
+                                                   int64_t count, uint8_t* out, int64_t* offsets) {
   ChunkRecordsResult result;
   const int64_t expected = spec.num_records * spec.record_size;
   if (spec.compressed_size < 18 || expected <= 0) return result;
@@ -79,10 +81,7 @@ arrow::Result<ChunkRecordsResult> ScatterChunkRecords(const ChunkRecordsSpec& sp
       return result;
     }
   }
-  for (int64_t i = 0; i < count; ++i) {
-    std::memcpy(out + dest_rows[i] * spec.record_size, records + positions[i] * spec.record_size,
-                spec.record_size);
-  }
+  PackRecords(records, spec.record_size, positions, count, offsets, out);
   return result;
 }
 

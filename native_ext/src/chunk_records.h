@@ -1,14 +1,15 @@
 // Stage 4's inner loop in C++: inflate one lc0 chunk (libdeflate, CRC-32
-// checked), check it, scatter the planned positions into the load task's
-// frame array.
+// checked), check it, pack the planned positions into the load task's
+// arena (record_packing.h).
 //
 // The Python load task knows before inflating every record it will emit
-// (positions from the index counts, destinations from the shuffle keys), so
-// each chunk is inflated into a per-thread scratch buffer that stays warm
-// across chunks and only the planned records are copied, straight to their
-// final row. Inflating into a fresh buffer per chunk made the kernel zero
-// pages (page faults) for every inflated byte, and the numpy gathers held
-// the GIL; this releases it for the whole chunk.
+// (positions from the index counts), so each chunk is inflated into a
+// per-thread scratch buffer that stays warm across chunks and only the
+// planned records are packed, while they are in cache, into the chunk's
+// region of the task's arena: the records move from the inflater to their
+// packed form once. Inflating into a fresh buffer per chunk made the kernel
+// zero pages (page faults) for every inflated byte, and the numpy gathers
+// held the GIL; this releases it for the whole chunk.
 #pragma once
 
 #include <cstdint>
@@ -35,11 +36,13 @@ struct ChunkRecordsResult {
   int64_t bad_version_record = -1;
 };
 
-// Inflates the chunk and, when every record checks out, copies record
-// positions[i] to row dest_rows[i] of `out` (rows of record_size bytes).
-// Errors (broken stream, CRC mismatch, wrong payload size) are a Status
-// naming what failed. Callers validate positions and rows beforehand.
-arrow::Result<ChunkRecordsResult> ScatterChunkRecords(const ChunkRecordsSpec& spec, const int64_t* positions,
-                                                      const int64_t* dest_rows, int64_t count, uint8_t* out);
+// Inflates the chunk and, when every record checks out, packs record
+// positions[i] (record_packing.h) back to back into `out`, which has room for
+// MaxPackedBytes(record_size, count): record i at out + offsets[i], and
+// offsets[count] the bytes written. Errors (broken stream, CRC mismatch,
+// wrong payload size) are a Status naming what failed. Callers validate the
+// positions beforehand.
+arrow::Result<ChunkRecordsResult> PackChunkRecords(const ChunkRecordsSpec& spec, const int64_t* positions,
+                                                   int64_t count, uint8_t* out, int64_t* offsets);
 
 }  // namespace shardmill

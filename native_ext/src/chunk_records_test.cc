@@ -1,5 +1,6 @@
-// One lc0 chunk inflated, checked and its planned records scattered to their rows; a wrong version,
-// a wrong count and a corrupt stream are reported, never written.
+// One lc0 chunk inflated, checked and its planned records packed (unpacked here to their rows to compare); a
+// wrong version, a wrong count and a corrupt stream are reported, never written.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -10,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "chunk_records.h"
+#include "record_packing.h"
 
 namespace {
 
@@ -38,12 +40,27 @@ shardmill::ChunkRecordsSpec Spec(const std::vector<uint8_t>& compressed, int64_t
   return {compressed.data(), static_cast<int64_t>(compressed.size()), records, kRecord, version};
 }
 
-TEST(ChunkRecords, ScattersThePlannedRecordsToTheirRows) {
+// PackChunkRecords, then record i unpacked to row rows[i] of `out` when the chunk checked out.
+arrow::Result<shardmill::ChunkRecordsResult> ScatterChunkRecords(const shardmill::ChunkRecordsSpec& spec,
+                                                                 const int64_t* positions, const int64_t* rows,
+                                                                 int64_t count, uint8_t* out) {
+  std::vector<uint8_t> packed(shardmill::MaxPackedBytes(spec.record_size, count));
+  std::vector<int64_t> offsets(count + 1);
+  auto result = shardmill::PackChunkRecords(spec, positions, count, packed.data(), offsets.data());
+  if (result.ok() && result->fast_path && result->bad_version_record < 0) {
+    const int64_t out_rows = *std::max_element(rows, rows + count) + 1;
+    EXPECT_TRUE(shardmill::UnpackRecords(packed.data(), offsets[count], offsets.data(), count, spec.record_size,
+                                         rows, out_rows, out).ok());
+  }
+  return result;
+}
+
+TEST(ChunkRecords, PacksThePlannedRecordsInTheirOrder) {
   const auto raw = Records(10, 6);
   const auto compressed = Gzip(raw);
   const std::vector<int64_t> positions = {3, 0, 9, 3}, rows = {2, 0, 1, 3};  // a record may be used twice
   std::vector<uint8_t> out(4 * kRecord, 0xEE);
-  auto result = shardmill::ScatterChunkRecords(Spec(compressed, 10, 6), positions.data(), rows.data(), 4, out.data());
+  auto result = ScatterChunkRecords(Spec(compressed, 10, 6), positions.data(), rows.data(), 4, out.data());
   ASSERT_TRUE(result.ok()) << result.status().ToString();
   ASSERT_TRUE(result->fast_path);
   EXPECT_EQ(result->bad_version_record, -1);
@@ -59,7 +76,7 @@ TEST(ChunkRecords, AWrongVersionIsFoundAndNothingIsWritten) {
   const auto compressed = Gzip(raw);
   const std::vector<int64_t> positions = {0}, rows = {0};
   std::vector<uint8_t> out(kRecord, 0xEE);
-  auto result = shardmill::ScatterChunkRecords(Spec(compressed, 10, 6), positions.data(), rows.data(), 1, out.data());
+  auto result = ScatterChunkRecords(Spec(compressed, 10, 6), positions.data(), rows.data(), 1, out.data());
   ASSERT_TRUE(result.ok()) << result.status().ToString();
   EXPECT_EQ(result->bad_version_record, 7);
   EXPECT_EQ(out, std::vector<uint8_t>(kRecord, 0xEE));
@@ -71,13 +88,13 @@ TEST(ChunkRecords, AWrongCountOrACorruptStreamIsNeverWritten) {
   const std::vector<int64_t> positions = {0}, rows = {0};
   std::vector<uint8_t> out(kRecord, 0xEE);
   // The index said 11 records, the chunk holds 10.
-  auto miscounted = shardmill::ScatterChunkRecords(Spec(compressed, 11, 6), positions.data(), rows.data(), 1,
+  auto miscounted = ScatterChunkRecords(Spec(compressed, 11, 6), positions.data(), rows.data(), 1,
                                                    out.data());
   ASSERT_FALSE(miscounted.ok());
   EXPECT_NE(miscounted.status().message().find("the index says"), std::string::npos);
   auto corrupt = compressed;
   corrupt[corrupt.size() - 8] ^= 0xFF;  // the CRC-32 in the gzip trailer
-  auto failed = shardmill::ScatterChunkRecords(Spec(corrupt, 10, 6), positions.data(), rows.data(), 1, out.data());
+  auto failed = ScatterChunkRecords(Spec(corrupt, 10, 6), positions.data(), rows.data(), 1, out.data());
   EXPECT_FALSE(failed.ok());
   EXPECT_EQ(out, std::vector<uint8_t>(kRecord, 0xEE));
 }
@@ -92,7 +109,7 @@ TEST(ChunkRecords, SeveralMembersAreInflatedOneAfterAnother) {
   chunk.insert(chunk.end(), second.begin(), second.end());
   const std::vector<int64_t> positions = {3, 9}, rows = {0, 1};
   std::vector<uint8_t> out(2 * kRecord, 0xEE);
-  auto result = shardmill::ScatterChunkRecords(Spec(chunk, 10, 6), positions.data(), rows.data(), 2, out.data());
+  auto result = ScatterChunkRecords(Spec(chunk, 10, 6), positions.data(), rows.data(), 2, out.data());
   ASSERT_TRUE(result.ok()) << result.status().ToString();
   ASSERT_TRUE(result->fast_path);
   EXPECT_EQ(std::memcmp(out.data(), raw.data() + 3 * kRecord, kRecord), 0);
@@ -106,7 +123,7 @@ TEST(ChunkRecords, BytesAfterAMemberThatAreNotAMemberTakeTheStreamingPath) {
   chunk.insert(chunk.end(), junk.begin(), junk.end());
   const std::vector<int64_t> positions = {0}, rows = {0};
   std::vector<uint8_t> out(kRecord, 0xEE);
-  auto result = shardmill::ScatterChunkRecords(Spec(chunk, 10, 6), positions.data(), rows.data(), 1, out.data());
+  auto result = ScatterChunkRecords(Spec(chunk, 10, 6), positions.data(), rows.data(), 1, out.data());
   ASSERT_TRUE(result.ok()) << result.status().ToString();
   EXPECT_FALSE(result->fast_path);
   EXPECT_EQ(out, std::vector<uint8_t>(kRecord, 0xEE));
@@ -119,7 +136,7 @@ TEST(ChunkRecords, APayloadLargerThanTheIndexSaysIsAnError) {
   chunk.insert(chunk.end(), whole.begin(), whole.end());
   const std::vector<int64_t> positions = {0}, rows = {0};
   std::vector<uint8_t> out(kRecord, 0xEE);
-  auto result = shardmill::ScatterChunkRecords(Spec(chunk, 12, 6), positions.data(), rows.data(), 1, out.data());
+  auto result = ScatterChunkRecords(Spec(chunk, 12, 6), positions.data(), rows.data(), 1, out.data());
   ASSERT_FALSE(result.ok());
   EXPECT_NE(result.status().message().find("more than"), std::string::npos) << result.status().ToString();
   EXPECT_EQ(out, std::vector<uint8_t>(kRecord, 0xEE));
@@ -131,7 +148,7 @@ TEST(ChunkRecords, DamagedDeflateDataIsAnError) {
   for (size_t i = 20; i < compressed.size() - 8; i += 7) compressed[i] ^= 0x5A;
   const std::vector<int64_t> positions = {0}, rows = {0};
   std::vector<uint8_t> out(kRecord, 0xEE);
-  auto result = shardmill::ScatterChunkRecords(Spec(compressed, 200, 6), positions.data(), rows.data(), 1,
+  auto result = ScatterChunkRecords(Spec(compressed, 200, 6), positions.data(), rows.data(), 1,
                                                out.data());
   EXPECT_FALSE(result.ok());
   EXPECT_EQ(out, std::vector<uint8_t>(kRecord, 0xEE));

@@ -81,25 +81,28 @@ def _records_of_chunk(compressed: bytes, row: dict, max_bytes: int) -> np.ndarra
     return records
 
 
-def _scatter_chunk(compressed: bytes, row: dict, positions: np.ndarray, dest_rows: np.ndarray,
-                   frame: np.ndarray, max_bytes: int) -> None:
-    """Inflates one chunk and copies record positions[i] to frame[dest_rows[i]].
+def _pack_chunk(compressed: bytes, row: dict, positions: np.ndarray, region: np.ndarray, starts: np.ndarray,
+                lengths: np.ndarray, max_bytes: int) -> None:
+    """Inflates one chunk and packs record positions[i] into `region` (the chunk's part of the task's arena,
+    kernels.max_packed_bytes of the positions), at starts[i] (within the region) for lengths[i] bytes.
 
     The native kernel does it with the GIL released, gzip member after
     member (libdeflate). When bytes follow a member that are not a member,
     or the kernel finds the chunk broken, the streaming path runs so the
     ChunkError says precisely what is wrong.
     """
+    offsets = np.empty(len(positions) + 1, np.int64)
     try:
-        outcome = kernels.scatter_chunk_records(compressed, row["num_records"], row["record_size"], row["version"],
-                                                positions, dest_rows, frame)
+        outcome = kernels.pack_chunk_records(compressed, row["num_records"], row["record_size"], row["version"],
+                                             positions, region, offsets)
     except kernels.NativeError:
         outcome = None
-    if outcome == -1:
-        return
     if outcome is None or outcome >= 0:  # let the checking path name the problem
         records = _records_of_chunk(compressed, row, max_bytes)
-        frame[dest_rows] = records[positions]
+        offsets, packed = kernels.pack_records(records, positions)
+        region[:len(packed)] = packed
+    starts[:] = offsets[:-1]
+    lengths[:] = np.diff(offsets)
 
 
 def _plan_emissions(rows: list[dict], params, num_shards: int):
@@ -121,6 +124,16 @@ def _plan_emissions(rows: list[dict], params, num_shards: int):
     return row_of, chunk, use, pos, order, shard, offsets
 
 
+def _packed_column(arena: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """The packed records arena[starts[i]:starts[i] + lengths[i]], back to back in an array of their own."""
+    offsets = np.zeros(len(starts) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    data = np.empty(int(offsets[-1]), np.uint8)
+    kernels.copy_runs(arena, starts, lengths, data)
+    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(starts), [None, pa.py_buffer(offsets),
+                                                                            pa.py_buffer(data)])
+
+
 def _runs_by_source(rows: list[dict]):
     """(source, [row indices]) for each run of consecutive rows of one source (tasks keep file order)."""
     start = 0
@@ -133,9 +146,9 @@ def _runs_by_source(rows: list[dict]):
 def load_task(task: ReadTask, opener: Opener = default_opener, threads: int = INFLATE_THREADS) -> LoadedTask:
     """Reads a task's chunks in file order, source after source; bad chunks become dead letters ('load').
 
-    Every emitted record's shard and row are planned first, so each chunk's
-    records go straight to their row of one frame array in shard order.
-    Compressed bytes are read sequentially; inflating and scattering run on
+    Every emitted record's shard is planned first; each chunk's records are
+    packed as it is inflated, and each shard's are then copied together.
+    Compressed bytes are read sequentially; inflating and packing run on
     `threads` threads, at most 2 * threads chunks ahead.
     """
     rows = task.chunks.to_pylist()
@@ -145,10 +158,13 @@ def load_task(task: ReadTask, opener: Opener = default_opener, threads: int = IN
     if any(row["record_size"] != record_size for row in rows):
         raise ValueError(f"read task for {task.source} mixes record sizes")  # the plan keeps one version
     row_of, chunk, use, pos, order, shard, offsets = _plan_emissions(rows, task.params, task.num_shards)
-    by_shard = np.argsort(shard, kind="stable")
-    dest = np.empty_like(by_shard)
-    dest[by_shard] = np.arange(len(by_shard))  # emission i goes to row dest[i]
-    frame = pooled_empty((len(by_shard), record_size))
+    by_shard = np.argsort(shard, kind="stable")  # emissions in shard order
+    # Each chunk packs its records into its own region of one arena (from Arrow's pool: the next task reuses
+    # its pages); emission i's packed record is arena[starts[i]:starts[i] + lengths[i]].
+    region = kernels.max_packed_bytes(record_size, 1) * offsets
+    arena = pooled_empty((max(1, int(region[-1])),))
+    starts = np.zeros(len(pos), np.int64)
+    lengths = np.zeros(len(pos), np.int64)
     failed = np.zeros(len(rows), dtype=bool)
     dead: list[tuple[int, DeadLetter]] = []  # (row index, dead letter)
     pending: collections.deque = collections.deque()  # (row index, future) in file order
@@ -163,6 +179,8 @@ def load_task(task: ReadTask, opener: Opener = default_opener, threads: int = IN
             future.result()
         except ChunkError as err:
             fail(i, err.reason, err.detail)
+        else:
+            starts[offsets[i]:offsets[i + 1]] += region[i]
 
     with concurrent.futures.ThreadPoolExecutor(max(1, threads)) as pool:
         for source, indices in _runs_by_source(rows):
@@ -175,8 +193,9 @@ def load_task(task: ReadTask, opener: Opener = default_opener, threads: int = IN
                         compressed = fileobj.read(row["length"])
                         read = i + 1
                         lo, hi = offsets[i], offsets[i + 1]
-                        pending.append((i, pool.submit(_scatter_chunk, compressed, row, pos[lo:hi], dest[lo:hi],
-                                                       frame, task.max_chunk_bytes)))
+                        pending.append((i, pool.submit(_pack_chunk, compressed, row, pos[lo:hi],
+                                                       arena[region[i]:region[i + 1]], starts[lo:hi],
+                                                       lengths[lo:hi], task.max_chunk_bytes)))
                         if len(pending) > 2 * threads:
                             collect_oldest()
             except OSError as err:  # opening or reading failed: the source's chunks not yet read are unreadable
@@ -184,12 +203,9 @@ def load_task(task: ReadTask, opener: Opener = default_opener, threads: int = IN
                     fail(i, "unreadable", str(err))
         while pending:
             collect_oldest()
-    # Columns in shard order; rows of failed chunks (never written) are dropped. The frame's rows are packed
-    # shard by shard into arrays of their own (the frame is then free for the next task: its pages are reused,
-    # while the packed records, ~6x fewer pages, wait for their shard).
-    keep = ~failed[row_of][by_shard]
-    frame_rows = np.flatnonzero(keep)
-    by_shard = by_shard[keep]
+    # Columns in shard order; rows of failed chunks (never written) are dropped. Each shard's packed records
+    # are copied out of the arena into an array of their own, which waits for the shard writer.
+    by_shard = by_shard[~failed[row_of][by_shard]]
     row_of, chunk, use, pos, order = row_of[by_shard], chunk[by_shard], use[by_shard], pos[by_shard], order[by_shard]
     bounds = np.searchsorted(shard[by_shard], np.arange(task.num_shards + 1))
     sort_keys, key_of_row = np.unique(np.array([row["sort_key"] for row in rows], dtype=object).astype(str),
@@ -201,11 +217,9 @@ def load_task(task: ReadTask, opener: Opener = default_opener, threads: int = IN
         lo, hi = bounds[s], bounds[s + 1]
         if hi == lo:
             continue
-        offsets, packed = kernels.pack_records(frame, frame_rows[lo:hi])
         batches[s] = pa.RecordBatch.from_arrays(
             [
-                pa.LargeBinaryArray.from_buffers(pa.large_binary(), int(hi - lo),
-                                                 [None, pa.py_buffer(offsets), pa.py_buffer(packed)]),
+                _packed_column(arena, starts[by_shard[lo:hi]], lengths[by_shard[lo:hi]]),
                 pa.DictionaryArray.from_arrays(key_of_row[row_of[lo:hi]], sort_keys).cast(pa.string()),
                 pa.array(chunk[lo:hi]),
                 pa.array(use[lo:hi]),
@@ -221,7 +235,7 @@ def load_task(task: ReadTask, opener: Opener = default_opener, threads: int = IN
     uses_written = sum(_uses_starting_in(row, task.params.position_count) for row, bad in zip(rows, failed)
                        if not bad)
     reported = [d for i, d in dead if first_part[i]]
-    return LoadedTask(batches, reported, loaded, uses_written, len(frame_rows))
+    return LoadedTask(batches, reported, loaded, uses_written, len(by_shard))
 
 
 def _uses_starting_in(row: dict, position_count: int) -> int:

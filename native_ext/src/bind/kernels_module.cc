@@ -164,44 +164,49 @@ PYBIND11_MODULE(_kernels, m) {
       "Algorithm L over one gap: (ascending chosen offsets, number of draws).");
 
   m.def(
-      "scatter_chunk_records",
+      "pack_chunk_records",
       [](py::buffer compressed, int64_t num_records, int64_t record_size, uint32_t version,
          py::array_t<int64_t, py::array::c_style | py::array::forcecast> positions,
-         py::array_t<int64_t, py::array::c_style | py::array::forcecast> dest_rows,
-         py::array_t<uint8_t, py::array::c_style> out) -> py::object {
+         py::array_t<uint8_t, py::array::c_style> out, py::array_t<int64_t, py::array::c_style> offsets) -> py::object {
         py::buffer_info in = compressed.request();
         if (in.itemsize != 1 || in.ndim != 1) throw shardmill::NativeError("compressed must be a 1-D byte buffer");
         if (num_records <= 0 || record_size <= 0) throw shardmill::NativeError("num_records and record_size must be > 0");
-        if (positions.size() != dest_rows.size()) throw shardmill::NativeError("positions and dest_rows differ in length");
-        if (out.ndim() != 2 || out.shape(1) != record_size || !out.writeable()) {
-          throw shardmill::NativeError("out must be a writable (rows, record_size) uint8 array");
-        }
         const int64_t* pos = positions.data();
-        const int64_t* rows = dest_rows.data();
         const int64_t count = positions.size();
         for (int64_t i = 0; i < count; ++i) {
           if (pos[i] < 0 || pos[i] >= num_records) throw shardmill::NativeError("position out of range");
-          if (rows[i] < 0 || rows[i] >= out.shape(0)) throw shardmill::NativeError("destination row out of range");
+        }
+        if (out.ndim() != 1 || !out.writeable() || out.size() < shardmill::MaxPackedBytes(record_size, count)) {
+          throw shardmill::NativeError("out must be a writable 1-D uint8 array of max_packed_bytes(record_size, "
+                                       "len(positions)) bytes");
+        }
+        if (offsets.ndim() != 1 || !offsets.writeable() || offsets.size() != count + 1) {
+          throw shardmill::NativeError("offsets must be a writable int64 array of len(positions) + 1 entries");
         }
         shardmill::ChunkRecordsSpec spec{static_cast<const uint8_t*>(in.ptr), in.size, num_records, record_size,
                                          version};
         uint8_t* out_data = out.mutable_data();
+        int64_t* at = offsets.mutable_data();
         arrow::Result<shardmill::ChunkRecordsResult> result;
         {
           py::gil_scoped_release release;
-          result = shardmill::ScatterChunkRecords(spec, pos, rows, count, out_data);
+          result = shardmill::PackChunkRecords(spec, pos, count, out_data, at);
         }
         shardmill::ChunkRecordsResult value = shardmill::ValueOrThrow(std::move(result), "inflate");
         if (!value.fast_path) return py::none();
         return py::int_(value.bad_version_record);
       },
       py::arg("compressed"), py::arg("num_records"), py::arg("record_size"), py::arg("version"), py::arg("positions"),
-      py::arg("dest_rows"), py::arg("out"),
+      py::arg("out"), py::arg("offsets"),
       "Inflates one lc0 chunk, gzip member after member (libdeflate, CRC-32 checked), into a per-thread "
-      "buffer (GIL released), checks its size and every record's version, and copies record positions[i] to "
-      "out[dest_rows[i]]. Returns None when bytes follow a member that are not a member (use the streaming "
-      "path), -1 on success, else the first record with another version (nothing copied); raises NativeError "
-      "when a member is broken or the payload has another size than the index says.");
+      "buffer (GIL released), checks its size and every record's version, and packs record positions[i] "
+      "(pack_records' form) back to back into out: record i is out[offsets[i]:offsets[i + 1]]. Returns None "
+      "when bytes follow a member that are not a member (use the streaming path), -1 on success, else the "
+      "first record with another version (nothing written); raises NativeError when a member is broken or "
+      "the payload has another size than the index says.");
+
+  m.def("max_packed_bytes", &shardmill::MaxPackedBytes, py::arg("record_size"), py::arg("count"),
+        "The most bytes count records of record_size pack to (every word a literal, plus the bitmaps).");
 
   m.def(
       "pack_records",

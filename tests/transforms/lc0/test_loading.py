@@ -1,4 +1,4 @@
-"""The native chunk kernel: inflate, check, and scatter planned records to their rows."""
+"""The native chunk kernel: inflate, check, and pack planned records (unpacked here to rows to compare)."""
 
 import gzip
 import struct
@@ -9,7 +9,7 @@ import pytest
 from shardmill.core import kernels
 from shardmill.core.errors import NativeError
 from shardmill.transforms.lc0.gzip_chunks import ChunkError
-from shardmill.transforms.lc0.loading import _scatter_chunk
+from shardmill.transforms.lc0.loading import _pack_chunk
 
 RECORD = 16
 VERSION = 6
@@ -22,8 +22,14 @@ def records(n: int, version: int = VERSION) -> np.ndarray:
 
 
 def scatter(compressed: bytes, n: int, positions, rows, out):
-    return kernels.scatter_chunk_records(compressed, n, RECORD, VERSION, np.asarray(positions, np.int64),
-                                         np.asarray(rows, np.int64), out)
+    """pack_chunk_records, then packed record i unpacked to out[rows[i]] when the chunk checked out."""
+    positions = np.asarray(positions, np.int64)
+    packed = np.zeros(kernels.max_packed_bytes(RECORD, len(positions)), np.uint8)
+    offsets = np.zeros(len(positions) + 1, np.int64)
+    outcome = kernels.pack_chunk_records(compressed, n, RECORD, VERSION, positions, packed, offsets)
+    if outcome == -1:
+        kernels.unpack_records(packed, offsets, np.asarray(rows, np.int64), out)
+    return outcome
 
 
 def test_planned_positions_land_on_their_rows():
@@ -79,10 +85,11 @@ def test_another_record_count_than_the_index_is_a_count_mismatch(indexed):
     with pytest.raises(NativeError, match="more than|the index says"):
         scatter(blob, indexed, [0], [0], out)
     row = {"num_records": indexed, "record_size": RECORD, "version": VERSION, "length": len(blob)}
+    region, starts, lengths = np.zeros(kernels.max_packed_bytes(RECORD, 1), np.uint8), np.zeros(1), np.zeros(1)
     with pytest.raises(ChunkError) as err:
-        _scatter_chunk(blob, row, np.array([0]), np.array([0]), out, 1 << 20)
+        _pack_chunk(blob, row, np.array([0]), region, starts, lengths, 1 << 20)
     assert err.value.reason == "count_mismatch"
-    assert not out.any()
+    assert not region.any() and not lengths.any()
 
 
 def test_a_member_with_a_forged_length_raises():
@@ -121,5 +128,30 @@ def test_a_hostile_chunk_is_a_dead_letter_reason_never_a_crash(damage):
     out = np.zeros((1, RECORD), np.uint8)
     row = {"num_records": 50, "record_size": RECORD, "version": VERSION, "length": len(blob)}
     with pytest.raises(ChunkError):
-        _scatter_chunk(blob, row, np.array([0]), np.array([0]), out, 1 << 20)
+        _pack_chunk(blob, row, np.array([0]), np.zeros(kernels.max_packed_bytes(RECORD, 1), np.uint8),
+                        np.zeros(1, np.int64), np.zeros(1, np.int64), 1 << 20)
     assert not out.any()
+
+
+def test_a_region_too_small_for_the_positions_or_a_short_offsets_array_is_refused():
+    blob = gzip.compress(records(10).tobytes())
+    with pytest.raises(NativeError, match="max_packed_bytes"):
+        kernels.pack_chunk_records(blob, 10, RECORD, VERSION, np.array([0, 1]),
+                                   np.zeros(kernels.max_packed_bytes(RECORD, 1), np.uint8), np.zeros(3, np.int64))
+    with pytest.raises(NativeError, match="len\\(positions\\) \\+ 1"):
+        kernels.pack_chunk_records(blob, 10, RECORD, VERSION, np.array([0, 1]),
+                                   np.zeros(kernels.max_packed_bytes(RECORD, 2), np.uint8), np.zeros(2, np.int64))
+
+
+def test_the_streaming_path_packs_what_the_kernel_leaves_to_it(monkeypatch):
+    data = records(10)
+    blob = gzip.compress(data[:5].tobytes()) + gzip.compress(data[5:].tobytes())
+    row = {"num_records": 10, "record_size": RECORD, "version": VERSION, "length": len(blob)}
+    monkeypatch.setattr(kernels, "pack_chunk_records", lambda *args: None)  # as for bytes it cannot place
+    region = np.zeros(kernels.max_packed_bytes(RECORD, 3), np.uint8)
+    starts, lengths = np.zeros(3, np.int64), np.zeros(3, np.int64)
+    _pack_chunk(blob, row, np.array([9, 0, 9]), region, starts, lengths, 1 << 20)
+    out = np.zeros((3, RECORD), np.uint8)
+    offsets = np.concatenate([starts, [starts[-1] + lengths[-1]]])
+    kernels.unpack_records(region, offsets, np.arange(3), out)
+    np.testing.assert_array_equal(out, data[[9, 0, 9]])
