@@ -3,9 +3,9 @@
 Real lc0 V6 chunks (the shared fixtures' frames_v6_*.bin.gz: self-play games, 1.6 MB inflated each),
 each inflated whole in one process, variants rotated each round:
 
-- kernel: kernels.scatter_chunk_records, the job's load kernel (libdeflate into a per-thread buffer,
-  CRC-32 checked, every record's version checked), copying no record (positions empty);
-- kernel + copy all: the same, copying every record to its row of an output array (all positions);
+- kernel: kernels.pack_chunk_records, the job's load kernel (libdeflate into a per-thread buffer,
+  CRC-32 checked, every record's version checked), packing no record (positions empty);
+- kernel + pack all: the same, packing every record into an output array (all positions);
 - arrow zlib: pa.decompress(codec="gzip") into a buffer of the known size (the kernel's inflater before);
 - python zlib: zlib.decompress (what a plain script does).
 
@@ -45,17 +45,18 @@ def main() -> None:
     chunks = [open(p, "rb").read() for p in sorted(glob.glob(pattern))]
     sizes = [int.from_bytes(c[-4:], "little") for c in chunks]
     counts = [s // RECORD for s in sizes]
-    outs = [np.empty((n, RECORD), np.uint8) for n in counts]
+    outs = [np.empty(kernels.max_packed_bytes(RECORD, n), np.uint8) for n in counts]
+    offsets = [np.empty(n + 1, np.int64) for n in counts]
     everything = [np.arange(n, dtype=np.int64) for n in counts]
-    nothing = np.empty(0, np.int64)
+    nothing, no_room, one_offset = np.empty(0, np.int64), np.empty(0, np.uint8), np.zeros(1, np.int64)
 
     def kernel():
-        for c, n, out in zip(chunks, counts, outs):
-            assert kernels.scatter_chunk_records(c, n, RECORD, VERSION, nothing, nothing, out) == -1
+        for c, n in zip(chunks, counts):
+            assert kernels.pack_chunk_records(c, n, RECORD, VERSION, nothing, no_room, one_offset) == -1
 
-    def kernel_copy_all():
-        for c, n, out, rows in zip(chunks, counts, outs, everything):
-            assert kernels.scatter_chunk_records(c, n, RECORD, VERSION, rows, rows, out) == -1
+    def kernel_pack_all():
+        for c, n, out, at, rows in zip(chunks, counts, outs, offsets, everything):
+            assert kernels.pack_chunk_records(c, n, RECORD, VERSION, rows, out, at) == -1
 
     def arrow_zlib():
         for c, s in zip(chunks, sizes):
@@ -65,7 +66,7 @@ def main() -> None:
         for c in chunks:
             zlib.decompress(c, 31)
 
-    variants = {"kernel": kernel, "kernel + copy all": kernel_copy_all, "arrow zlib": arrow_zlib,
+    variants = {"kernel": kernel, "kernel + pack all": kernel_pack_all, "arrow zlib": arrow_zlib,
                 "python zlib": python_zlib}
     runs = interleaved_rounds({name: (lambda fn=fn: [fn() for _ in range(args.repeat)])
                                for name, fn in variants.items()}, args.rounds)

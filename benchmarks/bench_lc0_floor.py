@@ -10,8 +10,9 @@ archives of --games games, tests/datagen/lc0.py), each round runs, as child proc
   total CPU: user + system from wait4, which holds the process's own and those of every descendant it waited
   for (a multi-process run's workers are waited for by Beam when their pipeline ends; see --running-mode);
 - the floor, single-threaded, no Beam, over the run's output:
-  - inflate: each chunk the run used inflated once and its emitted records copied out, by the load stage's own
-    kernel (shardmill.core.kernels.scatter_chunk_records: libdeflate, CRC and versions checked). Which chunks
+  - inflate: each chunk the run used inflated once, by the load stage's own kernel
+    (shardmill.core.kernels.pack_chunk_records with no positions: libdeflate, CRC and versions checked, no
+    record copied or packed: that is the job's own work, not the floor's). Which chunks
     and which of their records come from the job's own functions: its index (index_source) and plan
     (summarize_sources, decide, plan_table: the accepted chunks and their planned records; every chunk for all
     positions), less any chunk the run's dead letters say failed at load; their number and records must equal
@@ -100,7 +101,7 @@ def _used_chunks(config):
 
 
 def _inflate_floor(config, failed_at_load: set) -> dict:
-    """CPU seconds to inflate each used chunk once and copy out the records the run emits from it."""
+    """CPU seconds to inflate and check each used chunk once (the records the run emits from it counted)."""
     import numpy as np
 
     from shardmill.core import kernels
@@ -110,9 +111,7 @@ def _inflate_floor(config, failed_at_load: set) -> dict:
     rows = [row for row in used.to_pylist() if (row["source"], row["chunk"]) not in failed_at_load]
     if not rows:
         return {"cpu_s": 0.0, "chunks": 0, "records": 0}
-    most = max(row["planned_records"] for row in rows)
-    frame = np.zeros((most, rows[0]["record_size"]), np.uint8)  # one scratch frame, its pages touched untimed
-    dest = np.arange(most, dtype=np.int64)
+    nothing, no_room, one_offset = np.empty(0, np.int64), np.empty(0, np.uint8), np.zeros(1, np.int64)
     cpu = 0.0
     records = 0
     start = 0
@@ -128,8 +127,8 @@ def _inflate_floor(config, failed_at_load: set) -> dict:
                 work.append((f.read(row["length"]), row, positions.astype(np.int64)))
         began = time.process_time()
         for compressed, row, positions in work:
-            outcome = kernels.scatter_chunk_records(compressed, row["num_records"], row["record_size"],
-                                                    row["version"], positions, dest[:len(positions)], frame)
+            outcome = kernels.pack_chunk_records(compressed, row["num_records"], row["record_size"], row["version"],
+                                                 nothing, no_room, one_offset)
             if outcome != -1:
                 raise RuntimeError(f"{source} chunk {row['chunk']}: the kernel declined it ({outcome})")
         cpu += time.process_time() - began

@@ -24,9 +24,9 @@ def test_the_reader_module_raises_the_core_native_error():
 
 
 def test_the_kernels_module_raises_the_core_native_error():
-    out = np.zeros((1, 8), np.uint8)
+    out, offsets = np.zeros(64, np.uint8), np.zeros(2, np.int64)
     with pytest.raises(NativeError, match="num_records and record_size must be > 0") as raised:
-        kernels.scatter_chunk_records(b"\0" * 8, 0, 8, 6, np.zeros(1, np.int64), np.zeros(1, np.int64), out)
+        kernels.pack_chunk_records(b"\0" * 8, 0, 8, 6, np.zeros(1, np.int64), out, offsets)
     assert type(raised.value) is NativeError
 
 
