@@ -4,7 +4,7 @@
 // 104 bitboard planes are 0. The load task holds every record it emits until its shard is written, and on this
 // kind of machine a page's first touch costs about as much CPU as inflating the bytes put into it: packed,
 // the held records take ~6x fewer pages, and the budget for the in-memory shuffle holds ~6x more. Packing and
-// unpacking cost a fraction of that (benchmarks/bench_record_packing.py).
+// unpacking cost a fraction of that (benchmarks/RESULTS.md: bench_inflate's "pack all", bench_lc0_floor).
 //
 // A packed record: a bitmap of ceil(words / 8) bytes (word i's bit is bit i % 8 of byte i / 8; set when word i
 // equals word i - 1, word -1 being 0), then each word whose bit is clear (4 bytes, as in the record), then
