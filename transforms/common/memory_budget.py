@@ -122,8 +122,9 @@ def run_shuffle_memory(requested_bytes: int | None, run_id: str, options) -> Shu
 
 # What a local lc0 run's peak resident memory adds to the shuffle it holds, measured with 64 MiB shards
 # (benchmarks/RESULTS.md, "lc0 CPU floor"; the run with every task spilled holds none): the interpreter, Beam
-# and the graph, the load tasks in flight (sampling.MAX_TASK_BYTES of frames each), the shards being gathered
-# and encoded, and the allocator's reuse. Larger shards add about twice their size (two are written at once).
+# and the graph, the load tasks in flight (a packing arena of about sampling.MAX_TASK_BYTES each), the shards being
+# unpacked and encoded, and the buffers kept for reuse (pooled.KEPT_BYTES: those same arenas and shard buffers once
+# freed). Larger shards add about twice their size (two are written at once).
 SHUFFLE_WORKING_SET_BYTES = 640 << 20
 
 # What each worker process of a multi_processing run adds to that: its own interpreter, Beam and the work it has
