@@ -16,6 +16,10 @@ Where the batches go (ShuffleMemory, decided by the launcher for the run):
   (RunPaths.spill_dir), which goes when the run commits or fails.
 Either way the writer receives the same batches, so the shards are the same bytes.
 
+A ref is (path or memory ref, batch index, CRC-32 of the batch as it reads back from its file, or None in
+memory): a file changed or damaged between its writing and its reading (a stray write into /dev/shm, a bad
+disk; Arrow's IPC format checks nothing) fails the shard that reads it instead of landing in its rows.
+
 Paths are a pure function of the task, so a retried task replaces its own entry or file.
 """
 
@@ -33,6 +37,7 @@ import pyarrow as pa
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from shardmill.core import kernels
 from shardmill.transforms.common.filesystem import is_local, normalize, write_bytes_atomically
 
 _LOG = logging.getLogger(__name__)
@@ -86,9 +91,9 @@ _LOCK = threading.Lock()
 
 
 def write_spill(path: str, batches: dict[int, pa.RecordBatch],
-                memory: ShuffleMemory | None = None) -> list[tuple[int, tuple[str, int]]]:
+                memory: ShuffleMemory | None = None) -> list[tuple[int, tuple[str, int, int | None]]]:
     """Keeps the batches (ascending shard) in memory within the budget, else writes them to one IPC file at path;
-    returns (shard, (path or memory ref, index)) refs."""
+    returns (shard, (path or memory ref, index, checksum)) refs."""
     shards = sorted(batches)
     if not shards:
         return []
@@ -100,28 +105,61 @@ def write_spill(path: str, batches: dict[int, pa.RecordBatch],
         else:
             where = _hold_in_shared_dir(memory, path, ordered)
     if where is None:
-        _write_ipc(path, ordered, SPILL_OPTIONS)
+        checksums = _write_ipc(path, ordered, SPILL_OPTIONS)
         where = path
         if memory is not None and memory.run_key:  # a local run's spill, whatever its budget (0 included)
             _count(memory.run_key, spilled=1)
-    return [(shard, (where, index)) for index, shard in enumerate(shards)]
+    elif where.startswith(MEMORY_REF_PREFIX):
+        checksums = [None] * len(ordered)
+    else:
+        with pa.memory_map(where) as mapped:
+            checksums = _file_checksums(mapped)
+    return [(shard, (where, index, checksums[index])) for index, shard in enumerate(shards)]
 
 
-def read_spilled(refs: list[tuple[str, int]]) -> list[pa.RecordBatch]:
-    """The batches behind (path, index) refs: taken out of this process's registry, or read from each file's
-    footer and those batches only."""
-    by_path: dict[str, list[int]] = {}
-    for path, index in refs:
-        by_path.setdefault(path, []).append(index)
+def read_spilled(refs: list[tuple[str, int, int | None]]) -> list[pa.RecordBatch]:
+    """The batches behind refs: taken out of this process's registry, or read from each file's footer and those
+    batches only, each checked against the checksum its ref carries."""
+    by_path: dict[str, list[tuple[int, int | None]]] = {}
+    for path, index, checksum in refs:
+        by_path.setdefault(path, []).append((index, checksum))
     batches = []
     for path in sorted(by_path):
+        wanted = sorted(by_path[path])
         if path.startswith(MEMORY_REF_PREFIX):
-            batches.extend(_take_held(path[len(MEMORY_REF_PREFIX):], sorted(by_path[path])))
+            batches.extend(_take_held(path[len(MEMORY_REF_PREFIX):], [index for index, _ in wanted]))
             continue
         with _open_spill(path) as f:
             reader = pa.ipc.open_file(f)
-            batches.extend(reader.get_batch(i) for i in sorted(by_path[path]))
+            for index, checksum in wanted:
+                batch = reader.get_batch(index)
+                found = batch_checksum(batch)
+                if found != checksum:
+                    raise SpillCorrupted(f"shuffle: batch {index} of {path} is not what was written (CRC-32 "
+                                         f"{found:08x}, written {checksum:08x}): the file was changed or damaged "
+                                         f"since")
+                batches.append(batch)
     return batches
+
+
+class SpillCorrupted(RuntimeError):
+    """A shuffle file's batch reads back other than it was written."""
+
+
+def batch_checksum(batch: pa.RecordBatch) -> int:
+    """CRC-32 of every buffer of every column (children included), in order."""
+    crc = 0
+    for column in batch.columns:
+        for buffer in column.buffers():
+            if buffer is not None:
+                crc = kernels.crc32(buffer, crc)
+    return crc
+
+
+def _file_checksums(source) -> list[int]:
+    """Each batch's checksum as it reads back from the IPC file (what read_spilled will see)."""
+    reader = pa.ipc.open_file(source)
+    return [batch_checksum(reader.get_batch(i)) for i in range(reader.num_record_batches)]
 
 
 def release_shuffle_memory(memory: ShuffleMemory, spill_dir: str | None = None) -> dict:
@@ -275,13 +313,17 @@ def _hold_in_shared_dir(memory: ShuffleMemory, path: str, batches: list) -> str 
     return target
 
 
-def _write_ipc(path: str, batches: list, options) -> None:
-    # Encoded into memory by Arrow (compressing without the GIL), then written in one call.
+def _write_ipc(path: str, batches: list, options) -> list[int]:
+    """Encoded into memory by Arrow (compressing without the GIL), then written in one call; returns each batch's
+    checksum as it reads back (decoded from the encoded bytes, before they leave)."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, batches[0].schema, options=options) as writer:
         for batch in batches:
             writer.write_batch(batch)
-    write_bytes_atomically(path, sink.getvalue())
+    encoded = sink.getvalue()
+    checksums = _file_checksums(encoded)
+    write_bytes_atomically(path, encoded)
+    return checksums
 
 
 def _write_mapped_ipc(path: str, batches: list) -> None:

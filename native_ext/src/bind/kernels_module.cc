@@ -4,6 +4,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <libdeflate.h>
+
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
@@ -268,6 +270,26 @@ PYBIND11_MODULE(_kernels, m) {
       py::arg("packed"), py::arg("offsets"), py::arg("dest_rows"), py::arg("out"),
       "Unpacks packed record k (packed[offsets[k]:offsets[k + 1]], from pack_records) into out[dest_rows[k]], "
       "GIL released; raises NativeError naming the first record that is not a valid packing.");
+
+  m.def(
+      "crc32",
+      [](py::object data, uint32_t value) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(data.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) {
+          PyErr_Clear();
+          throw shardmill::NativeError("crc32 needs an object exposing a C-contiguous buffer");
+        }
+        uint32_t crc;
+        {
+          py::gil_scoped_release release;
+          crc = libdeflate_crc32(value, view.buf, static_cast<size_t>(view.len));
+        }
+        PyBuffer_Release(&view);
+        return crc;
+      },
+      py::arg("data"), py::arg("value") = 0,
+      "CRC-32 (gzip's, as zlib.crc32) of a contiguous buffer, continuing from value; libdeflate's (carry-less "
+      "multiplication where the CPU has it), GIL released.");
 
   m.def("lc0_tensors", &Lc0Tensors, py::arg("frames"), py::arg("convention") = "loader",
         py::arg("planes") = "float32", py::arg("threads") = 1, py::arg("copy_policy") = true,

@@ -21,8 +21,9 @@ from shardmill.pipelines.config import parse_config, validate
 from shardmill.pipelines.run_job import run_job
 from shardmill.transforms.common import spill
 from shardmill.transforms.common.discovery import expand_inputs
-from shardmill.transforms.common.spill import (MEMORY_REF_PREFIX, ShuffleMemory, held_bytes, read_spilled,
-                                               release_shuffle_memory, remove_orphaned_shared_dirs, write_spill)
+from shardmill.transforms.common.spill import (MEMORY_REF_PREFIX, ShuffleMemory, SpillCorrupted, held_bytes,
+                                               read_spilled, release_shuffle_memory, remove_orphaned_shared_dirs,
+                                               write_spill)
 from shardmill.transforms.lc0.kind import LC0_INPUT_SUFFIXES
 from tests.support.cli import run_shardmill
 
@@ -38,7 +39,7 @@ def test_batches_within_the_budget_stay_in_memory_and_are_freed_as_shards_take_t
     try:
         refs = write_spill(str(tmp_path / "task-1.arrow"), batches_of({0: 10, 2: 5}), memory)
         assert [shard for shard, _ in refs] == [0, 2]
-        assert all(path.startswith(MEMORY_REF_PREFIX) for _, (path, _) in refs)
+        assert all(path.startswith(MEMORY_REF_PREFIX) and checksum is None for _, (path, _, checksum) in refs)
         assert not os.listdir(tmp_path)  # nothing written
         assert held_bytes("run-a") == 15 * 64
         assert read_spilled([refs[1][1]])[0].num_rows == 5
@@ -55,7 +56,7 @@ def test_a_task_past_the_budget_spills_and_reads_back_the_same_batches(tmp_path)
         held = write_spill(str(tmp_path / "task-1.arrow"), batches_of({0: 10}), memory)  # 640 bytes: held
         spilled = write_spill(str(tmp_path / "task-2.arrow"), batches_of({0: 10, 1: 3}), memory)  # 832 more: spills
         assert held[0][1][0].startswith(MEMORY_REF_PREFIX)
-        assert [ref for _, ref in spilled] == [(str(tmp_path / "task-2.arrow"), 0), (str(tmp_path / "task-2.arrow"), 1)]
+        assert [ref[:2] for _, ref in spilled] == [(str(tmp_path / "task-2.arrow"), 0), (str(tmp_path / "task-2.arrow"), 1)]
         batches = read_spilled([ref for _, ref in held + spilled])
         assert sorted(b.num_rows for b in batches) == [3, 10, 10]
     finally:
@@ -80,11 +81,38 @@ def test_a_shared_directory_holds_uncompressed_files_within_the_budget(tmp_path)
     second = write_spill(str(tmp_path / "spill" / "t2.arrow"), batches_of({1: 20}), memory)
     os.makedirs(tmp_path / "spill", exist_ok=True)
     third = write_spill(str(tmp_path / "spill" / "t3.arrow"), batches_of({1: 40}), memory)  # past 4000: spilled
-    assert first[0][1] == (str(shared / "t1.arrow"), 0) and second[0][1] == (str(shared / "t2.arrow"), 0)
-    assert third[0][1] == (str(tmp_path / "spill" / "t3.arrow"), 0)
+    assert first[0][1][:2] == (str(shared / "t1.arrow"), 0) and second[0][1][:2] == (str(shared / "t2.arrow"), 0)
+    assert third[0][1][:2] == (str(tmp_path / "spill" / "t3.arrow"), 0)
     assert [b.num_rows for b in read_spilled([r for _, r in first + second + third])] == [20, 20, 40]
     release_shuffle_memory(memory)
     assert not shared.exists()
+
+
+@pytest.mark.parametrize("where", ["spill", "shared"])
+def test_a_shuffle_file_changed_after_it_was_written_fails_the_read_naming_file_and_batch(tmp_path, where):
+    shared = tmp_path / "shm"
+    shared.mkdir()
+    memory = ShuffleMemory(budget_bytes=(1 << 20) if where == "shared" else 0, run_key="run-e",
+                           shared_dir=str(shared) if where == "shared" else None)
+    rows = [np.random.default_rng(i).bytes(64) for i in range(200)]  # incompressible: LZ4 keeps them verbatim
+    batches = {0: pa.record_batch({"frame": pa.array(rows, pa.binary(64)),
+                                   "position": pa.array(range(200), pa.int32())}),
+               1: batches_of({1: 30})[1].append_column("position", pa.array(range(30), pa.int32()))}
+    refs = write_spill(str(tmp_path / "task.arrow"), batches, memory)
+    path = refs[0][1][0]
+    assert path.startswith(str(shared if where == "shared" else tmp_path)) and all(r[2] is not None for _, r in refs)
+    assert read_spilled([refs[1][1]])[0].equals(batches[1])
+    data = bytearray(open(path, "rb").read())
+    offset = data.find(rows[100])  # inside batch 0's body
+    assert offset > 0
+    data[offset + 3] ^= 0x40
+    with open(path, "wb") as f:
+        f.write(data)
+    try:
+        with pytest.raises(SpillCorrupted, match=f"batch 0 of {path} is not what was written"):
+            read_spilled([refs[0][1]])
+    finally:
+        release_shuffle_memory(memory)
 
 
 @pytest.mark.slow
