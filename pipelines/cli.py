@@ -37,10 +37,6 @@ from shardmill.pipelines.commands import (  # noqa: F401  (the exit codes, re-ex
 # Read when pyarrow loads, so set before any import of it; worker processes inherit it; the user's wins.
 MIMALLOC_PURGE_DELAY_MS = "250"
 os.environ.setdefault("MIMALLOC_PURGE_DELAY", MIMALLOC_PURGE_DELAY_MS)
-# numpy's bundled OpenBLAS starts a thread per core when numpy loads, and they spin a while for work the job
-# never gives them (no shardmill kernel calls BLAS): ~0.1 s of CPU per process (perf: blas_thread_server 1.3%
-# of an lc0 run). Read when numpy loads; worker processes inherit it; the user's wins.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 # Packages no shardmill command uses that Beam and pyarrow load whenever they are installed: pandas (Beam's
 # typehints register its batch converters on import; pyarrow imports it at its first conversion of a Python
@@ -49,6 +45,11 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # installed (Beam and pyarrow take an ImportError as "not installed"); Beam's worker processes and a program
 # calling main() load them as before.
 PACKAGES_LEFT_OUT = ("pandas", "pymongo", "bson")
+# numpy's bundled OpenBLAS starts a thread per core when numpy loads, and they spin a while for work the job
+# never gives them (no shardmill kernel calls BLAS): ~0.1 s of CPU per process (perf: blas_thread_server 1.3%
+# of an lc0 run). The command sets these for its own process (read when numpy loads; its worker processes
+# inherit them), unless the user has; a program calling main() keeps its own environment.
+COMMAND_ENVIRONMENT = {"OPENBLAS_NUM_THREADS": "1"}
 # What Beam logs when it finds them missing: not about the job.
 LEFT_OUT_NOTICES = {"apache_beam.io.mongodbio": "Could not find a compatible bson package"}
 
@@ -176,6 +177,8 @@ def entry() -> None:
     """The `shardmill` command: main(), then exit — at once after a signal, so that the in-process runner's
     worker threads, still finishing steps of the abandoned pipeline, can't keep the process alive (the run's
     files are already removed and its one line printed)."""
+    for name, value in COMMAND_ENVIRONMENT.items():
+        os.environ.setdefault(name, value)
     sys.meta_path.insert(0, _LeftOut())
     for logger, notice in LEFT_OUT_NOTICES.items():
         logging.getLogger(logger).addFilter(lambda record, notice=notice: notice not in record.getMessage())

@@ -145,17 +145,32 @@ def test_a_label_run_with_worker_processes_reports_its_sample_stage_and_no_worke
     assert not [line for line in lines if re.match(r"(DEBUG|INFO|WARNING):", line)], result.stderr
 
 
-@pytest.mark.parametrize("variable, preset, expected", [
-    ("MIMALLOC_PURGE_DELAY", None, cli.MIMALLOC_PURGE_DELAY_MS), ("MIMALLOC_PURGE_DELAY", "25", "25"),
-    ("OPENBLAS_NUM_THREADS", None, "1"), ("OPENBLAS_NUM_THREADS", "4", "4")])
-def test_the_command_sets_its_allocator_and_blas_threads_before_pyarrow_and_numpy_load(variable, preset, expected):
-    env = {k: v for k, v in os.environ.items() if k != variable}
+@pytest.mark.parametrize("preset, expected", [(None, cli.MIMALLOC_PURGE_DELAY_MS), ("25", "25")])
+def test_the_command_keeps_freed_arrow_pages_before_pyarrow_loads(preset, expected):
+    env = {k: v for k, v in os.environ.items() if k != "MIMALLOC_PURGE_DELAY"}
     if preset is not None:
-        env[variable] = preset
+        env["MIMALLOC_PURGE_DELAY"] = preset
     probe = ("import sys, os; import shardmill.pipelines.cli; "
-             f"print('pyarrow' in sys.modules, 'numpy' in sys.modules, os.environ['{variable}'])")
+             "print('pyarrow' in sys.modules, os.environ['MIMALLOC_PURGE_DELAY'])")
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["False", "False", expected]
+    assert out.split() == ["False", expected]
+
+
+@pytest.mark.parametrize("preset, expected", [(None, "1"), ("4", "4")])
+def test_the_command_runs_blas_on_one_thread_unless_told_and_a_program_importing_it_keeps_its_own(preset, expected):
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if preset is not None:
+        env["OPENBLAS_NUM_THREADS"] = preset
+    # The command: its environment as numpy loads (in a run, in the command's process and the workers it starts).
+    probe = ("import os, sys; from shardmill.pipelines import cli; cli.main = lambda: "
+             "print('numpy' in sys.modules, os.environ.get('OPENBLAS_NUM_THREADS')) or 0; cli.entry()")
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True).stdout
+    assert out.split() == ["False", expected]
+    # A program that imports the module (to call main() itself) and the processes it starts: untouched.
+    probe = ("import os, subprocess, sys; import shardmill.pipelines.cli; print(os.environ.get('OPENBLAS_NUM_THREADS'));"
+             "subprocess.run([sys.executable, '-c', \"import os; print(os.environ.get('OPENBLAS_NUM_THREADS'))\"])")
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == [str(preset)] * 2
 
 
 @pytest.mark.slow
