@@ -20,9 +20,11 @@ import pyarrow as pa
 
 # Arrays at least this large are recycled; smaller ones go straight back to Arrow's pool.
 RECYCLED_MIN_BYTES = 1 << 20
-# Bytes of freed buffers kept for reuse: the two load tasks and two shards a local worker has in flight
-# (memory_budget.SHUFFLE_WORKING_SET_BYTES counts them); beyond it the oldest go back to Arrow's pool.
-KEPT_BYTES = 4 * (66 << 20)
+# Bytes of freed buffers kept for reuse: two, as many as a local worker has in flight at once (two load tasks'
+# arenas, then two shards'; the stages never overlap, so one stage's freed buffers serve the next). Beyond it the
+# oldest go back to Arrow's pool: a worker process keeps them until its run ends, on top of its working set
+# (memory_budget counts them).
+KEPT_BYTES = 2 * (66 << 20)
 
 
 class _Recycler:
