@@ -36,7 +36,6 @@ from shardmill.transforms.common.filesystem import check_stores_reachable, is_lo
 from shardmill.transforms.common.memory_budget import run_shuffle_memory
 from shardmill.transforms.common.ordered_pool import elements_at_once
 from shardmill.transforms.common.progress import ProgressPrinter
-from shardmill.transforms.common.pooled import release_kept
 from shardmill.transforms.common.spill import ShuffleMemory, release_shuffle_memory
 from shardmill.transforms.job import JobKind
 from shardmill.transforms.output import lifecycle
@@ -162,10 +161,8 @@ def _portable_state(job_service, result) -> str:
 
 def _release_shuffle_memory(memory: ShuffleMemory, spill_dir: str) -> None:
     """Frees what the run's shuffle held in memory once its pipeline ended, and says how the budget went (on every
-    local run, a budget of 0 included; its spill files are counted before the run commits or fails), and hands
-    the large buffers this process kept for reuse back to Arrow's pool."""
+    local run, a budget of 0 included; its spill files are counted before the run commits or fails)."""
     figures = release_shuffle_memory(memory, spill_dir)
-    release_kept()
     if memory.run_key:
         _LOG.info("shuffle: %d task(s) kept in memory (peak %.1f MiB of a %.1f MiB budget)%s",
                   figures["tasks_held"], figures["peak_bytes"] / 2**20, memory.budget_bytes / 2**20,

@@ -123,16 +123,16 @@ def run_shuffle_memory(requested_bytes: int | None, run_id: str, options) -> Shu
 # What a local lc0 run's peak resident memory adds to the shuffle it holds, measured with 64 MiB shards
 # (benchmarks/RESULTS.md, "lc0 CPU floor"; the run with every task spilled holds none): the interpreter, Beam
 # and the graph, the load tasks in flight (a packing arena of about sampling.MAX_TASK_BYTES each), the shards being
-# unpacked and encoded, and the buffers kept for reuse (pooled.KEPT_BYTES: those same arenas and shard buffers once
-# freed). Larger shards add about twice their size (two are written at once).
+# unpacked and encoded, and the allocator's reuse. Larger shards add about twice their size (two are written at
+# once).
 SHUFFLE_WORKING_SET_BYTES = 640 << 20
 
-# What each worker process of a multi_processing run adds to that: its own interpreter, Beam, the work it has
-# in flight and the buffers it keeps for reuse (pooled.KEPT_BYTES; the launcher keeps one of each too). Measured as
-# the peak anonymous + tmpfs memory of the whole process tree in a v1 memory cgroup, every task spilled, 2 workers,
-# six ~84 MiB shards (each ~20 MiB over 64 MiB adds ~40 MiB): 1,067 MiB, 927 MiB without the kept buffers (one
-# process alone: 390 MiB with 64 MiB shards).
-WORKER_PROCESS_WORKING_SET_BYTES = 224 << 20
+# What each worker process of a multi_processing run adds to that: its own interpreter, Beam and the work it has
+# in flight (the launcher keeps one of each too). Measured as the peak anonymous + tmpfs memory of the whole process
+# tree in a v1 memory cgroup, every task spilled, 64 MiB shards (the small-budget test's data): one process 390 MiB,
+# 2 workers 865 MiB, 4 workers 1204 MiB, i.e. about 170 MiB a worker over a launcher of about 525 MiB; with records
+# packed, 2 workers and six ~84 MiB shards (~40 MiB more each): 927 MiB.
+WORKER_PROCESS_WORKING_SET_BYTES = 192 << 20
 
 
 def shuffle_working_set_bytes(worker_processes: int = 0) -> int:
