@@ -1,6 +1,7 @@
 """Large numpy arrays in Arrow's memory pool.
 
-A job allocates one frame-sized array per task and per shard. From numpy
+A job allocates one large array per task (the lc0 load's packing arena) and
+per shard (the rows being encoded). From numpy
 (malloc), each is a fresh mapping: every page faults in and is zeroed,
 then unmapped, tens of MB per array, and those faults were a large share
 of the lc0 job's system time. Arrow's pool keeps freed pages for the next

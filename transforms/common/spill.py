@@ -282,7 +282,7 @@ def _take_held(path: str, indices: list[int]) -> list[pa.RecordBatch]:
                 raise RuntimeError(f"shuffle: batch {index} of {path} was already taken")
             held.batches[index] = None
             taken.append(batch)
-        if all(batch is None for batch in held.batches):  # the task's frame goes with its last batch
+        if all(batch is None for batch in held.batches):  # the task's entry goes with its last batch
             del run.entries[path]
             run.held_bytes -= held.nbytes
     return taken

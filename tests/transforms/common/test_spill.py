@@ -43,7 +43,7 @@ def test_batches_within_the_budget_stay_in_memory_and_are_freed_as_shards_take_t
         assert not os.listdir(tmp_path)  # nothing written
         assert held_bytes("run-a") == 15 * 64
         assert read_spilled([refs[1][1]])[0].num_rows == 5
-        assert held_bytes("run-a") == 15 * 64  # the task's frame goes with its last batch
+        assert held_bytes("run-a") == 15 * 64  # the task's entry goes with its last batch
         assert read_spilled([refs[0][1]])[0].num_rows == 10
         assert held_bytes("run-a") == 0
     finally:
