@@ -6,11 +6,20 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 import subprocess
 import sys
 from typing import Mapping
 
 SHARDMILL = os.path.join(os.path.dirname(sys.executable), "shardmill")
+
+
+def interruptible() -> None:
+    """preexec_fn of a child a test interrupts: SIGINT and SIGTERM at their defaults whatever this process
+    inherited (a job a non-interactive shell starts in the background ignores SIGINT, and the command keeps an
+    ignored signal ignored, as a program should; the test's signal would then do nothing)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def shardmill_command(*args: object) -> list[str]:

@@ -29,7 +29,7 @@ import tempfile
 import time
 
 import shardmill
-from tests.support.cli import SHARDMILL
+from tests.support.cli import SHARDMILL, interruptible
 from tests.support.s3_server import S3Server, free_port
 
 PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
@@ -253,7 +253,7 @@ class SharedNothingCluster:
         running."""
         process = subprocess.Popen(self.launcher_command(*args), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True, env=self.launcher_env(),
-                                   start_new_session=True)
+                                   start_new_session=True, preexec_fn=interruptible)
         self._commands.append(process)
         process.stdin.write(input_text)
         process.stdin.close()

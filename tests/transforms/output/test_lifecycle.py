@@ -30,7 +30,7 @@ from shardmill.transforms.output import claim as claim_module
 from shardmill.transforms.output import lifecycle
 from shardmill.transforms.output.claim import ClaimHeldError, ClaimInfo, OutputClaim
 from tests.datagen.shards import write_output
-from tests.support.cli import run_shardmill, shardmill_command
+from tests.support.cli import interruptible, run_shardmill, shardmill_command
 
 JOB = 'lc0 {{ chunk_pool {{ passes: {passes} position_count: 4 }} }}\noutput {{ num_shards: 3 }}\nmax_error_fraction: 0.5\n'
 
@@ -111,7 +111,7 @@ def test_a_signal_ends_the_run_with_one_line_removes_its_files_and_keeps_the_old
     interrupted = 0
     for moment in (0.8, 1.6, 2.4):
         proc = subprocess.Popen(shardmill_command("run", "--config", configs[2], "--output", out, "--overwrite"),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
         time.sleep(moment)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
