@@ -223,13 +223,11 @@ PYBIND11_MODULE(_kernels, m) {
         py::array_t<int64_t> offsets(static_cast<py::ssize_t>(count + 1));
         int64_t* at = offsets.mutable_data();
         const uint8_t* data = records.data();
-        // Packed first into a per-thread buffer kept across calls (its pages fault in once), then copied to an
-        // array of exactly the packed size: one pass over the records, no page touched for the worst case.
-        thread_local std::vector<uint8_t> scratch;
+        // Packed into a buffer of the worst case's size, then copied to an array of exactly the packed size (the
+        // job's own path packs in pack_chunk_records; this one serves the streaming inflater's chunks and tests).
+        std::vector<uint8_t> scratch(shardmill::MaxPackedBytes(record_bytes, count));
         {
           py::gil_scoped_release release;
-          const int64_t most = shardmill::MaxPackedBytes(record_bytes, count);
-          if (static_cast<int64_t>(scratch.size()) < most) scratch.resize(most);
           shardmill::PackRecords(data, record_bytes, row, count, at, scratch.data());
         }
         py::array_t<uint8_t> packed(static_cast<py::ssize_t>(at[count]));
